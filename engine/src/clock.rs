@@ -1,0 +1,224 @@
+//! Time for the engine: one [`Clock`] trait, a system clock for production and
+//! a manual clock that tests advance.
+//!
+//! Instants are [`Timestamp`]s counted in microseconds since the Unix epoch
+//! (never since process start), so state written by one process means the same
+//! thing to every other process that reads it.
+//!
+//! The clock also owns sleeping. Code that must wait (a retry pause, a booked
+//! reservation) calls [`Clock::sleep`]; on [`ManualClock`] that advances time
+//! at once and records the pause, so scenario tests run instantly and can
+//! assert on every wait.
+
+use std::fmt;
+use std::future::Future;
+use std::ops::{Add, Sub};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// A point in time: microseconds since 1970-01-01T00:00:00Z.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Timestamp(i64);
+
+impl Timestamp {
+    pub const EPOCH: Timestamp = Timestamp(0);
+
+    pub const fn from_micros(micros: i64) -> Self {
+        Timestamp(micros)
+    }
+
+    pub const fn from_millis(millis: i64) -> Self {
+        Timestamp(millis.saturating_mul(1_000))
+    }
+
+    pub const fn from_secs(secs: i64) -> Self {
+        Timestamp(secs.saturating_mul(1_000_000))
+    }
+
+    pub const fn as_micros(self) -> i64 {
+        self.0
+    }
+
+    /// Milliseconds since the epoch, rounded down.
+    pub const fn as_millis(self) -> i64 {
+        self.0.div_euclid(1_000)
+    }
+
+    /// Whole seconds since the epoch, rounded down.
+    pub const fn as_secs(self) -> i64 {
+        self.0.div_euclid(1_000_000)
+    }
+
+    /// How long after `earlier` this instant is; zero if it is not after it.
+    pub fn saturating_duration_since(self, earlier: Timestamp) -> Duration {
+        let micros = self.0.saturating_sub(earlier.0);
+        Duration::from_micros(u64::try_from(micros).unwrap_or(0))
+    }
+
+    pub fn to_system_time(self) -> SystemTime {
+        if self.0 >= 0 {
+            UNIX_EPOCH + Duration::from_micros(self.0.unsigned_abs())
+        } else {
+            UNIX_EPOCH - Duration::from_micros(self.0.unsigned_abs())
+        }
+    }
+
+    pub fn from_system_time(t: SystemTime) -> Self {
+        match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => Timestamp(duration_micros(d)),
+            Err(e) => Timestamp(-duration_micros(e.duration())),
+        }
+    }
+}
+
+/// A duration in whole microseconds, saturating at `i64::MAX`.
+pub fn duration_micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+impl Add<Duration> for Timestamp {
+    type Output = Timestamp;
+    fn add(self, rhs: Duration) -> Timestamp {
+        Timestamp(self.0.saturating_add(duration_micros(rhs)))
+    }
+}
+
+impl Sub<Duration> for Timestamp {
+    type Output = Timestamp;
+    fn sub(self, rhs: Duration) -> Timestamp {
+        Timestamp(self.0.saturating_sub(duration_micros(rhs)))
+    }
+}
+
+impl fmt::Debug for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Timestamp({}.{:06})", self.0.div_euclid(1_000_000), self.0.rem_euclid(1_000_000))
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&httpdate::fmt_http_date(self.to_system_time()), f)
+    }
+}
+
+/// A boxed future returned by [`Clock::sleep`].
+pub type SleepFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// Where the engine gets the time from, and how it waits.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// The current instant. Read it once per decision and pass it down.
+    fn now(&self) -> Timestamp;
+
+    /// Wait for `duration`. On the system clock this is a tokio timer; on the
+    /// manual clock it advances time at once.
+    fn sleep(&self, duration: Duration) -> SleepFuture<'_>;
+}
+
+/// A shared clock handle.
+pub type SharedClock = Arc<dyn Clock>;
+
+/// Wall-clock time and tokio timers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_system_time(SystemTime::now())
+    }
+
+    fn sleep(&self, duration: Duration) -> SleepFuture<'_> {
+        Box::pin(tokio::time::sleep(duration))
+    }
+}
+
+/// A clock that only moves when told to. `sleep` advances it by the requested
+/// duration and records the pause so tests can assert on every wait.
+#[derive(Debug, Default)]
+pub struct ManualClock {
+    micros: AtomicI64,
+    sleeps: Mutex<Vec<Duration>>,
+}
+
+impl ManualClock {
+    pub fn new(start: Timestamp) -> Self {
+        ManualClock { micros: AtomicI64::new(start.as_micros()), sleeps: Mutex::new(Vec::new()) }
+    }
+
+    /// A manual clock starting at a fixed, round instant (2026-01-01T00:00:00Z)
+    /// so that test output is stable and window alignment is easy to reason about.
+    pub fn at_test_epoch() -> Self {
+        ManualClock::new(Timestamp::from_secs(1_767_225_600))
+    }
+
+    pub fn advance(&self, by: Duration) {
+        self.micros.fetch_add(duration_micros(by), Ordering::SeqCst);
+    }
+
+    pub fn set(&self, to: Timestamp) {
+        self.micros.store(to.as_micros(), Ordering::SeqCst);
+    }
+
+    /// Every duration passed to `sleep` so far, in order.
+    pub fn sleeps(&self) -> Vec<Duration> {
+        self.sleeps.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        Timestamp(self.micros.load(Ordering::SeqCst))
+    }
+
+    fn sleep(&self, duration: Duration) -> SleepFuture<'_> {
+        if let Ok(mut sleeps) = self.sleeps.lock() {
+            sleeps.push(duration);
+        }
+        self.advance(duration);
+        Box::pin(std::future::ready(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_convert_between_units_against_the_unix_epoch() {
+        let t = Timestamp::from_millis(1_614_265_330_123);
+        assert_eq!(t.as_secs(), 1_614_265_330);
+        assert_eq!(t.as_millis(), 1_614_265_330_123);
+        assert_eq!(t.as_micros(), 1_614_265_330_123_000);
+        assert_eq!(Timestamp::from_system_time(t.to_system_time()), t);
+    }
+
+    #[test]
+    fn duration_since_an_earlier_instant_never_goes_negative() {
+        let a = Timestamp::from_secs(10);
+        let b = a + Duration::from_millis(1500);
+        assert_eq!(b.saturating_duration_since(a), Duration::from_millis(1500));
+        assert_eq!(a.saturating_duration_since(b), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn manual_clock_moves_only_when_told_and_sleep_advances_it() {
+        let clock = ManualClock::new(Timestamp::from_secs(100));
+        assert_eq!(clock.now(), Timestamp::from_secs(100));
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(clock.now(), Timestamp::from_secs(102));
+        clock.sleep(Duration::from_millis(250)).await;
+        assert_eq!(clock.now(), Timestamp::from_millis(102_250));
+        assert_eq!(clock.sleeps(), vec![Duration::from_millis(250)]);
+    }
+
+    #[test]
+    fn system_clock_reads_time_since_the_epoch() {
+        // 2020-01-01 as a floor: a clock counting from process start would fail.
+        assert!(SystemClock.now() > Timestamp::from_secs(1_577_836_800));
+    }
+}

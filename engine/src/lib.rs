@@ -1,0 +1,12 @@
+//! Sluice's engine: the parts that decide, and the adapters that store.
+//!
+//! Decision code (quota math, retry delays, ladder steps, breaker transitions)
+//! is pure: a function of `(state, now, config)` that performs no IO and never
+//! reads a clock. Time comes from a [`clock::Clock`] that callers read once and
+//! pass down; tests use [`clock::ManualClock`] and advance it by hand.
+//!
+//! This crate knows nothing of HTTP servers or HTML. IO lives in adapters
+//! behind traits, one file per backend.
+
+pub mod clock;
+pub mod db;

@@ -1,0 +1,25 @@
+//! Sluice's web application: the Leptos pages operators, support staff and
+//! admins use, rendered on the server (feature `ssr`) and hydrated in the
+//! browser (feature `hydrate`, wasm32).
+//!
+//! Server-only code lives in [`ssr`]; the wasm build compiles none of the
+//! engine, sqlx, redis or tokio. Types that cross the wire are plain serde
+//! structs in [`model`]. One page per file in [`pages`].
+
+pub mod components;
+pub mod model;
+pub mod pages;
+pub mod shell;
+#[cfg(feature = "ssr")]
+pub mod ssr;
+
+pub use shell::{shell, App};
+
+/// Entry point of the wasm module: attach the reactive system to the
+/// server-rendered HTML.
+#[cfg(feature = "hydrate")]
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub fn hydrate() {
+    console_error_panic_hook::set_once();
+    leptos::mount::hydrate_body(App);
+}

@@ -1,0 +1,38 @@
+//! Values that travel between server and browser. Plain serde structs: the
+//! wasm build must not depend on the engine's types.
+
+use serde::{Deserialize, Serialize};
+
+/// State of one dependency, as the Overview page and `/readyz` report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ComponentState {
+    /// Reachable and answering.
+    Up,
+    /// Not configured in this deployment (e.g. Redis in embedded mode).
+    NotConfigured,
+    /// Configured but not answering; the text says why.
+    Down(String),
+}
+
+impl ComponentState {
+    pub fn is_ready(&self) -> bool {
+        !matches!(self, ComponentState::Down(_))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthView {
+    /// `postgres` or `sqlite`.
+    pub database_backend: String,
+    pub database: ComponentState,
+    /// `memory` (embedded) or `redis`.
+    pub quota_store: String,
+    pub redis: ComponentState,
+    pub version: String,
+}
+
+impl HealthView {
+    pub fn is_ready(&self) -> bool {
+        self.database.is_ready() && self.redis.is_ready()
+    }
+}

@@ -1,0 +1,5 @@
+//! One page per file.
+
+mod overview;
+
+pub use overview::OverviewPage;

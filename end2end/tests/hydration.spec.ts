@@ -1,0 +1,27 @@
+import { expect, test } from '@playwright/test';
+import { OverviewPage } from '../pages/overview';
+
+test('the server-rendered overview hydrates and its clock ticks in the browser', async ({ page }) => {
+  const errors: string[] = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  const overview = new OverviewPage(page);
+  await overview.open();
+  await overview.waitForHydration();
+  // The clock only moves when the wasm client runs: a broken hydration fails here.
+  await expect.poll(() => overview.secondsSinceUpdate(), { timeout: 8_000 }).toBeGreaterThanOrEqual(2);
+  await expect(overview.database).toContainText('up');
+  await page.screenshot({ path: 'artifacts/overview.png', fullPage: true });
+  expect(errors).toEqual([]);
+});
+
+test('the overview is readable without JavaScript', async ({ browser }) => {
+  const context = await browser.newContext({ javaScriptEnabled: false });
+  const page = await context.newPage();
+  const overview = new OverviewPage(page);
+  await overview.open();
+  await expect(overview.database).toContainText('up');
+  await expect(overview.quotaStore).toBeVisible();
+  // No script ran, so nothing hydrated and the clock stands still.
+  await expect(page.locator('.frame[data-hydrated="true"]')).toHaveCount(0);
+  await context.close();
+});

@@ -1,0 +1,307 @@
+//! Typed settings: the commented defaults file `sluice.default.toml` (compiled
+//! in), an optional file of the operator's, then environment variables.
+//! Everything is validated once at startup; afterwards the values are trusted.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+use sluice_engine::db::Backend;
+
+const DEFAULTS: &str = include_str!("../sluice.default.toml");
+
+/// Settings as read, before validation.
+#[derive(Clone, Serialize, Deserialize)]
+struct RawSettings {
+    listen: String,
+    data_dir: PathBuf,
+    database_url: String,
+    database_max_connections: u32,
+    redis_url: String,
+    redis_prefix: String,
+    site_root: PathBuf,
+    log: String,
+    log_format: String,
+}
+
+/// Validated settings.
+#[derive(Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub database_url: String,
+    pub database_max_connections: u32,
+    pub redis_url: Option<String>,
+    pub redis_prefix: String,
+    pub site_root: PathBuf,
+    pub log: String,
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// One bad value: the key, what was wrong, what was expected.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file {path} could not be read: {source}")]
+    File {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("configuration is malformed: {0}")]
+    Malformed(#[from] Box<figment::Error>),
+    #[error("invalid settings:\n{}", .0.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<String>),
+}
+
+impl Settings {
+    /// Read defaults, then `file` (if given; it must exist), then the environment.
+    pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
+        Self::load_from(file, std::env::vars())
+    }
+
+    /// As [`Settings::load`], with the environment passed in (for tests).
+    pub fn load_from(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Settings, ConfigError> {
+        let mut figment = Figment::from(Toml::string(DEFAULTS));
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|source| ConfigError::File { path: path.to_owned(), source })?;
+            figment = figment.merge(Toml::string(&text));
+        }
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        // The conventional names first, so an explicit SLUICE_ variable wins.
+        let mut conventional = serde_json::Map::new();
+        for (name, key) in [("DATABASE_URL", "database_url"), ("REDIS_URL", "redis_url")] {
+            if let Some((_, v)) = env.iter().find(|(k, _)| k == name) {
+                conventional.insert(key.to_owned(), serde_json::Value::String(v.clone()));
+            }
+        }
+        figment = figment.merge(Serialized::defaults(serde_json::Value::Object(conventional)));
+        let prefixed: Vec<(String, String)> = env
+            .into_iter()
+            .filter_map(|(k, v)| k.strip_prefix("SLUICE_").map(|k| (k.to_ascii_lowercase(), v)))
+            .filter(|(k, _)| k != "config")
+            .collect();
+        let mut from_env = serde_json::Map::new();
+        for (k, v) in prefixed {
+            // Numbers arrive as strings; figment's lenient parsing turns them back.
+            from_env.insert(k, serde_json::Value::String(v));
+        }
+        figment = figment.merge(Serialized::defaults(serde_json::Value::Object(from_env)));
+        let raw: RawSettings = figment.extract_lossy().map_err(|e| ConfigError::Malformed(Box::new(e)))?;
+        raw.validate()
+    }
+}
+
+impl RawSettings {
+    fn validate(self) -> Result<Settings, ConfigError> {
+        let mut errors = Vec::new();
+        let listen = match self.listen.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                errors.push(format!(
+                    "listen (SLUICE_LISTEN): '{}' is not an address:port with a port from 0 to 65535, e.g. 127.0.0.1:3000",
+                    self.listen
+                ));
+                None
+            }
+        };
+        let database_url = if self.database_url.trim().is_empty() {
+            format!("sqlite://{}?mode=rwc", self.data_dir.join("sluice.db").display())
+        } else {
+            self.database_url.trim().to_owned()
+        };
+        match url::Url::parse(&database_url) {
+            Err(e) => errors.push(format!("database_url (DATABASE_URL): not a valid URL ({e}): {}", redact_url(&database_url))),
+            Ok(_) if Backend::from_url(&database_url).is_none() => errors.push(format!(
+                "database_url (DATABASE_URL): unsupported scheme in {}; use postgres:// or sqlite://",
+                redact_url(&database_url)
+            )),
+            Ok(_) => {}
+        }
+        if self.database_max_connections == 0 {
+            errors.push("database_max_connections: must be at least 1".to_owned());
+        }
+        let redis_url = match self.redis_url.trim() {
+            "" => None,
+            url => {
+                match url::Url::parse(url) {
+                    Err(e) => errors.push(format!("redis_url (REDIS_URL): not a valid URL ({e}): {}", redact_url(url))),
+                    Ok(u) if !matches!(u.scheme(), "redis" | "rediss") => errors.push(format!(
+                        "redis_url (REDIS_URL): unsupported scheme '{}'; use redis:// or rediss://",
+                        u.scheme()
+                    )),
+                    Ok(u) if u.host_str().is_none_or(str::is_empty) => {
+                        errors.push("redis_url (REDIS_URL): the URL names no host".to_owned())
+                    }
+                    Ok(_) => {}
+                }
+                Some(url.to_owned())
+            }
+        };
+        if self.redis_prefix.is_empty() || self.redis_prefix.contains(['{', '}', ' ']) {
+            errors.push(format!(
+                "redis_prefix (SLUICE_REDIS_PREFIX): '{}' must be non-empty, without braces or spaces",
+                self.redis_prefix
+            ));
+        }
+        let log_format = match self.log_format.as_str() {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => {
+                errors.push(format!("log_format (SLUICE_LOG_FORMAT): '{other}' is neither 'text' nor 'json'"));
+                LogFormat::Text
+            }
+        };
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log) {
+            errors.push(format!("log (SLUICE_LOG): '{}' is not a valid filter: {e}", self.log));
+        }
+        match (errors.is_empty(), listen) {
+            (true, Some(listen)) => Ok(Settings {
+                listen,
+                data_dir: self.data_dir,
+                database_url,
+                database_max_connections: self.database_max_connections,
+                redis_url,
+                redis_prefix: self.redis_prefix,
+                site_root: self.site_root,
+                log: self.log,
+                log_format,
+            }),
+            _ => Err(ConfigError::Invalid(errors)),
+        }
+    }
+}
+
+/// `scheme://user:****@host/…`: the URL without its password, for logs.
+pub fn redact_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("****"));
+            u.to_string()
+        }
+        Ok(u) => u.to_string(),
+        Err(_) => "<unparseable URL>".to_owned(),
+    }
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("listen", &self.listen)
+            .field("data_dir", &self.data_dir)
+            .field("database_url", &redact_url(&self.database_url))
+            .field("database_max_connections", &self.database_max_connections)
+            .field("redis_url", &self.redis_url.as_deref().map(redact_url))
+            .field("redis_prefix", &self.redis_prefix)
+            .field("site_root", &self.site_root)
+            .field("log", &self.log)
+            .field("log_format", &self.log_format)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn invalid(result: Result<Settings, ConfigError>) -> String {
+        match result {
+            Err(e @ ConfigError::Invalid(_)) => e.to_string(),
+            Err(e) => panic!("expected validation errors, got {e}"),
+            Ok(s) => panic!("expected validation errors, got {s:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_give_the_embedded_mode_on_localhost() {
+        let s = Settings::load_from(None, env(&[])).expect("defaults are valid");
+        assert_eq!(s.listen, "127.0.0.1:3000".parse().expect("addr"));
+        assert_eq!(s.database_url, "sqlite://data/sluice.db?mode=rwc");
+        assert_eq!(s.redis_url, None);
+        assert_eq!(s.redis_prefix, "sluice");
+    }
+
+    #[test]
+    fn environment_overrides_the_defaults_and_sluice_names_win() {
+        let s = Settings::load_from(
+            None,
+            env(&[
+                ("SLUICE_LISTEN", "127.0.0.1:0"),
+                ("DATABASE_URL", "postgres://a@h/db"),
+                ("REDIS_URL", "redis://127.0.0.1:6379"),
+                ("SLUICE_REDIS_URL", "redis://127.0.0.1:6380"),
+                ("SLUICE_DATABASE_MAX_CONNECTIONS", "4"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(s.listen.port(), 0);
+        assert_eq!(s.database_url, "postgres://a@h/db");
+        assert_eq!(s.redis_url.as_deref(), Some("redis://127.0.0.1:6380"));
+        assert_eq!(s.database_max_connections, 4);
+    }
+
+    #[test]
+    fn a_port_out_of_range_is_named_with_its_key() {
+        let msg = invalid(Settings::load_from(None, env(&[("SLUICE_LISTEN", "127.0.0.1:70000")])));
+        assert!(msg.contains("listen (SLUICE_LISTEN)"), "{msg}");
+        assert!(msg.contains("127.0.0.1:70000"), "{msg}");
+    }
+
+    #[test]
+    fn bad_urls_are_refused_with_a_reason_and_every_error_is_listed() {
+        let msg = invalid(Settings::load_from(
+            None,
+            env(&[("DATABASE_URL", "mysql://u:hunter2@h/db"), ("REDIS_URL", "not a url"), ("SLUICE_LOG_FORMAT", "xml")]),
+        ));
+        assert!(msg.contains("unsupported scheme"), "{msg}");
+        assert!(msg.contains("redis_url (REDIS_URL): not a valid URL"), "{msg}");
+        assert!(msg.contains("log_format"), "{msg}");
+        assert!(!msg.contains("hunter2"), "the password leaked: {msg}");
+    }
+
+    #[test]
+    fn a_missing_config_file_is_an_error_not_a_silent_default() {
+        let err = Settings::load_from(Some(Path::new("/nonexistent/sluice.toml")), env(&[])).expect_err("missing file");
+        assert!(err.to_string().contains("/nonexistent/sluice.toml"), "{err}");
+    }
+
+    #[test]
+    fn a_config_file_overrides_defaults_and_env_overrides_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.toml");
+        std::fs::write(&path, "listen = \"127.0.0.1:4000\"\nredis_prefix = \"blue\"\n").expect("write");
+        let s = Settings::load_from(Some(&path), env(&[("SLUICE_REDIS_PREFIX", "green")])).expect("valid");
+        assert_eq!(s.listen.port(), 4000);
+        assert_eq!(s.redis_prefix, "green");
+    }
+
+    #[test]
+    fn a_number_that_is_not_a_number_is_malformed() {
+        let err = Settings::load_from(None, env(&[("SLUICE_DATABASE_MAX_CONNECTIONS", "many")])).expect_err("bad");
+        assert!(err.to_string().contains("database_max_connections"), "{err}");
+    }
+
+    #[test]
+    fn debug_output_redacts_passwords() {
+        let s = Settings::load_from(None, env(&[("DATABASE_URL", "postgres://u:hunter2@h/db")])).expect("valid");
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("u:****@h"), "{shown}");
+    }
+}

@@ -1,0 +1,28 @@
+//! HTTP routes. One router function per resource, merged in [`router`].
+
+pub mod ops;
+
+use axum::Router;
+use leptos::prelude::provide_context;
+use leptos_axum::{generate_route_list, LeptosRoutes};
+use sluice_app::{shell, App};
+
+use crate::state::AppState;
+
+/// The whole HTTP surface of Sluice.
+pub fn router(state: AppState) -> Router {
+    let routes = generate_route_list(App);
+    let context = state.app_context.clone();
+    let options = state.leptos_options.clone();
+    Router::new()
+        .merge(ops::router())
+        .leptos_routes_with_context(
+            &state,
+            routes,
+            move || provide_context(context.clone()),
+            move || shell(options.clone()),
+        )
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .layer(axum::middleware::from_fn(crate::telemetry::track_http))
+        .with_state(state)
+}

@@ -1,0 +1,62 @@
+//! Logs (tracing) and metrics (Prometheus exposition).
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::LogFormat;
+
+/// Install the global tracing subscriber. Safe to call more than once (tests):
+/// later calls are ignored.
+pub fn init_tracing(filter: &str, format: LogFormat) {
+    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// Latency buckets in seconds, from sub-millisecond API calls to held permits.
+const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+/// The process-wide Prometheus recorder. Installed once; every `Application`
+/// in the process (tests start many) shares it.
+pub fn prometheus() -> PrometheusHandle {
+    static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), LATENCY_BUCKETS)
+                .unwrap_or_else(|_| PrometheusBuilder::new());
+            match builder.install_recorder() {
+                Ok(handle) => handle,
+                // Another recorder is installed (should not happen): keep
+                // serving an exporter of our own so /metrics still answers.
+                Err(_) => PrometheusBuilder::new().build_recorder().handle(),
+            }
+        })
+        .clone()
+}
+
+/// Count requests and time them, labelled by route template (not raw path,
+/// which would explode the label set), method and status.
+pub async fn track_http(req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| if req.uri().path().starts_with("/pkg/") { "/pkg/*".to_owned() } else { "other".to_owned() });
+    let method = req.method().as_str().to_owned();
+    let response = next.run(req).await;
+    let status = response.status().as_u16().to_string();
+    let labels = [("method", method), ("route", route), ("status", status)];
+    metrics::counter!("sluice_http_requests_total", &labels).increment(1);
+    metrics::histogram!("sluice_http_request_duration_seconds", &labels).record(started.elapsed().as_secs_f64());
+    response
+}

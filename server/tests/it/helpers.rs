@@ -1,0 +1,94 @@
+//! `spawn_app()`: a real `Application` per test, on a free port, with its
+//! own database (SQLite file or a fresh PostgreSQL database) and, when asked,
+//! Redis under a key prefix of its own.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use sluice::config::Settings;
+use sluice::startup::Application;
+use sluice_engine::db::testing::TestDb;
+use tokio::sync::oneshot;
+
+pub const TEST_REDIS_URL_DEFAULT: &str = "redis://127.0.0.1:6379";
+
+pub fn test_redis_url() -> String {
+    std::env::var("SLUICE_TEST_REDIS_URL").unwrap_or_else(|_| TEST_REDIS_URL_DEFAULT.to_owned())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// SQLite and in-process stores.
+    Embedded,
+    /// PostgreSQL and Redis.
+    Distributed,
+}
+
+pub struct TestApp {
+    pub address: SocketAddr,
+    pub client: reqwest::Client,
+    /// The test's own database; held so it lives as long as the app.
+    #[allow(dead_code)]
+    pub db: TestDb,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.address, path)
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(self.url(path)).send().await.expect("request failed")
+    }
+}
+
+pub fn site_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/site")
+}
+
+pub async fn spawn_app(mode: Mode) -> TestApp {
+    spawn_app_with(mode, &[]).await
+}
+
+/// Spawn with extra environment-style settings (e.g. `("REDIS_URL", …)`).
+pub async fn spawn_app_with(mode: Mode, extra: &[(&str, &str)]) -> TestApp {
+    let db = match mode {
+        Mode::Embedded => TestDb::sqlite().await,
+        Mode::Distributed => TestDb::postgres().await,
+    };
+    let prefix = format!("t:{}", std::process::id());
+    let mut env: Vec<(String, String)> = vec![
+        ("SLUICE_LISTEN".into(), "127.0.0.1:0".into()),
+        ("DATABASE_URL".into(), db.url.clone()),
+        ("SLUICE_SITE_ROOT".into(), site_root().display().to_string()),
+        ("SLUICE_REDIS_PREFIX".into(), prefix),
+    ];
+    if mode == Mode::Distributed {
+        env.push(("REDIS_URL".into(), test_redis_url()));
+    }
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let settings = Settings::load_from(None, env).expect("test settings are valid");
+    let app = Application::build(settings).await.expect("application builds");
+    let address = app.address();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(app.run_until_stopped(async move {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    TestApp { address, client, db, stop: Some(stop) }
+}
+
+/// A loopback port with nothing listening on it.
+pub fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}

@@ -134,7 +134,9 @@ pub struct Breaker {
 }
 
 /// How often `admit` / `record` reload after losing a compare-and-set race.
-const CAS_ATTEMPTS: u32 = 16;
+/// Every round has a winner, so N writers racing on one breaker all finish
+/// within N rounds; this allows for dozens of workers failing at once.
+const CAS_ATTEMPTS: u32 = 64;
 
 impl Breaker {
     pub fn new(store: Arc<dyn BreakerStore>, config: BreakerConfig) -> Self {
@@ -203,6 +205,7 @@ impl Breaker {
             {
                 return Ok(answer);
             }
+            tokio::task::yield_now().await;
         }
         Err(BreakerError::Contention { key: key.to_string(), attempts: CAS_ATTEMPTS })
     }

@@ -110,6 +110,8 @@ pub enum GiveUpReason {
     ConcurrencyLimit { retry_after: Option<Duration> },
     #[error("no limit rule matches the request")]
     NoRule,
+    #[error("invalid request")]
+    InvalidRequest(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl GiveUpReason {
@@ -125,6 +127,7 @@ impl GiveUpReason {
             GiveUpReason::BreakerOpen { .. } => "breaker_open",
             GiveUpReason::ConcurrencyLimit { .. } => "concurrency_limit",
             GiveUpReason::NoRule => "no_rule",
+            GiveUpReason::InvalidRequest(_) => "invalid_request",
         }
     }
 }
@@ -136,6 +139,7 @@ impl From<GateRefusal> for GiveUpReason {
             GateRefusal::ConcurrencyLimit { retry_after } => GiveUpReason::ConcurrencyLimit { retry_after },
             GateRefusal::NoRule => GiveUpReason::NoRule,
             GateRefusal::StoreUnavailable(e) => GiveUpReason::StoreUnavailable(e),
+            GateRefusal::Invalid(e) => GiveUpReason::InvalidRequest(e),
         }
     }
 }
@@ -185,7 +189,7 @@ impl<R, E> fmt::Display for RetryError<R, E> {
 impl<R, E: std::error::Error + 'static> std::error::Error for RetryError<R, E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match (&self.reason, &self.last) {
-            (GiveUpReason::StoreUnavailable(e), _) => Some(e.as_ref()),
+            (GiveUpReason::StoreUnavailable(e) | GiveUpReason::InvalidRequest(e), _) => Some(e.as_ref()),
             (_, Some(LastAttempt::Transport(e))) => Some(e),
             _ => None,
         }
@@ -272,7 +276,7 @@ impl RetryExecutor {
         let breaker_key = match &self.breaker {
             Some(_) => match BreakerKey::new(target.account.as_deref(), &target.scope) {
                 Ok(key) => Some(key),
-                Err(e) => return Err(give_up(e.into(), 0, None)),
+                Err(e) => return Err(give_up(GiveUpReason::InvalidRequest(Box::new(e)), 0, None)),
             },
             None => None,
         };

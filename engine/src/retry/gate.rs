@@ -58,6 +58,10 @@ pub enum GateRefusal {
     NoRule,
     #[error("quota store unavailable")]
     StoreUnavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The limiter rejected the request itself (bad account, cost above the
+    /// rule's capacity).
+    #[error("the limiter rejected the request")]
+    Invalid(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// A failure to report feedback to the limiter.

@@ -10,3 +10,5 @@
 
 pub mod clock;
 pub mod db;
+pub mod quota;
+pub mod simulator;

@@ -4,7 +4,8 @@
 //! - [`outcome`]: 2xx / 429 / 5xx / network / non-retryable.
 //! - [`retry_after`]: RFC 9110 `Retry-After` (seconds and all three date forms).
 //! - [`policy`]: the validated [`RetryPolicy`] and the pure delay function.
-//! - [`gate`]: what the executor needs from the limiter ([`QuotaGate`]).
+//! - [`gate`]: what the executor needs from the limiter ([`QuotaGate`]);
+//!   [`quota_gate`] implements it for the shared-quota [`Limiter`](crate::quota::Limiter).
 //! - [`executor`]: the loop ([`RetryExecutor::run`]) and its give-up reasons.
 //! - [`middleware`]: the same as `reqwest-middleware`, for Rust workers.
 //!
@@ -28,6 +29,7 @@ pub mod gate;
 pub mod middleware;
 pub mod outcome;
 pub mod policy;
+pub mod quota_gate;
 pub mod retry_after;
 
 pub use executor::{

@@ -24,13 +24,13 @@ use tokio::net::TcpListener;
 use super::fake_gate::FakeGate;
 
 #[derive(Clone, Default)]
-struct Hits(Arc<AtomicU32>);
+pub(super) struct Hits(Arc<AtomicU32>);
 
 impl Hits {
     fn next(&self) -> u32 {
         self.0.fetch_add(1, Ordering::SeqCst) + 1
     }
-    fn get(&self) -> u32 {
+    pub(super) fn get(&self) -> u32 {
         self.0.load(Ordering::SeqCst)
     }
 }
@@ -48,7 +48,7 @@ fn problem_429(retry_after: Option<&'static str>) -> Response {
 
 /// A marketplace that misbehaves in one way per route. Returns its base URL
 /// and the hit counter.
-async fn spawn_marketplace() -> (String, Hits) {
+pub(super) async fn spawn_marketplace() -> (String, Hits) {
     let hits = Hits::default();
     let app = Router::new()
         .route(
@@ -83,6 +83,14 @@ async fn spawn_marketplace() -> (String, Hits) {
                 h.next();
                 std::future::pending::<()>().await;
             }),
+        )
+        .route("/always-503", get(|State(h): State<Hits>| async move {
+            h.next();
+            StatusCode::SERVICE_UNAVAILABLE
+        }))
+        .route(
+            "/remaining-zero",
+            get(|| async { ([("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "30")], "ok") }),
         )
         .route("/missing", get(|State(h): State<Hits>| async move {
             h.next();
@@ -135,14 +143,18 @@ fn worker() -> Worker {
     let executor = RetryExecutor::new(gate.clone() as Arc<dyn QuotaGate>, clock.clone() as SharedClock)
         .with_policy(RetryPolicy::default())
         .with_rng(StdRng::seed_from_u64(7));
-    let http = reqwest::Client::builder().timeout(Duration::from_millis(100)).build().expect("client");
-    let client = ClientBuilder::new(http)
-        .with(RetryMiddleware::new(Arc::new(executor)).scope_for_host("127.0.0.1", "marketplace"))
-        .build();
-    Worker { client, clock, gate }
+    Worker { client: client_with(executor), clock, gate }
 }
 
-fn retry_error(err: &reqwest_middleware::Error) -> &MiddlewareRetryError {
+/// A worker's client: requests to 127.0.0.1 are in scope `marketplace`.
+pub(super) fn client_with(executor: RetryExecutor) -> ClientWithMiddleware {
+    let http = reqwest::Client::builder().timeout(Duration::from_millis(100)).build().expect("client");
+    ClientBuilder::new(http)
+        .with(RetryMiddleware::new(Arc::new(executor)).scope_for_host("127.0.0.1", "marketplace"))
+        .build()
+}
+
+pub(super) fn retry_error(err: &reqwest_middleware::Error) -> &MiddlewareRetryError {
     match err {
         reqwest_middleware::Error::Middleware(e) => e.downcast_ref::<MiddlewareRetryError>().expect("a RetryError"),
         other => panic!("expected a middleware error, got {other:?}"),

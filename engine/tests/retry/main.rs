@@ -5,4 +5,5 @@
 mod breaker_contract;
 mod fake_gate;
 mod http_server;
+mod quota;
 mod scenarios;

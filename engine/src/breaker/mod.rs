@@ -31,8 +31,7 @@ pub struct BreakerKey {
     scope: String,
 }
 
-/// The account used for calls made without one.
-pub const GLOBAL_ACCOUNT: &str = "_global";
+pub use crate::quota::stats::GLOBAL_ACCOUNT;
 
 impl BreakerKey {
     /// `account` `None` means [`GLOBAL_ACCOUNT`]. Both parts must be 1–128
@@ -154,7 +153,7 @@ impl Breaker {
 
     /// May a call to `key` go out now?
     pub async fn admit(&self, key: &BreakerKey) -> Result<Admission, BreakerError> {
-        self.update(key, |state, now, config| decision::decide(state, now, config)).await
+        self.update(key, decision::decide).await
     }
 
     /// Report how a call to `key` went (`failed`: 5xx, timeout, network error).

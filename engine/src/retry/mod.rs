@@ -10,12 +10,14 @@
 //! - [`middleware`]: the same as `reqwest-middleware`, for Rust workers.
 //!
 //! A worker calling a marketplace API; every attempt takes a permit from the
-//! shared limiter, a 429 penalizes the bucket, and a give-up says why:
+//! shared limiter, a 429 penalizes the bucket, a 2xx's `X-RateLimit-*`
+//! headers are observed, and a give-up says why. Add `.with_breaker(..)` to
+//! the executor for the upstream breaker.
 //!
 //! ```no_run
 //! # use std::sync::Arc; use sluice_engine::retry::{*, middleware::*};
-//! # async fn worker(limiter: Arc<dyn QuotaGate>, clock: sluice_engine::clock::SharedClock) -> anyhow::Result<()> {
-//! let retry = RetryMiddleware::new(Arc::new(RetryExecutor::new(limiter, clock)))
+//! # async fn worker(limiter: sluice_engine::quota::Limiter, clock: sluice_engine::clock::SharedClock) -> anyhow::Result<()> {
+//! let retry = RetryMiddleware::new(Arc::new(RetryExecutor::new(Arc::new(limiter), clock)))
 //!     .scope_for_host("marketplace-api.wildberries.ru", "marketplace");
 //! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new()).with(retry).build();
 //! let orders = client.get("https://marketplace-api.wildberries.ru/api/v3/orders/new")

@@ -7,6 +7,9 @@ use std::time::Duration;
 use http::HeaderMap;
 use sluice_engine::retry::{CallTarget, GateError, GatePermit, GateRefusal, QuotaGate};
 
+/// Which acquire (1-based) to refuse, and with what.
+type Refusal = Option<(usize, fn() -> GateRefusal)>;
+
 #[derive(Debug, Default)]
 pub struct FakeGate {
     pub refill_one_token: Duration,
@@ -15,7 +18,7 @@ pub struct FakeGate {
     pub penalties: Mutex<Vec<Option<Duration>>>,
     pub observed: Mutex<Vec<HeaderMap>>,
     /// Refuse the n-th acquire (1-based) with this reason.
-    pub refuse_at: Mutex<Option<(usize, fn() -> GateRefusal)>>,
+    pub refuse_at: Mutex<Refusal>,
 }
 
 impl FakeGate {

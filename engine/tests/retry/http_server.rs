@@ -84,6 +84,13 @@ pub(super) async fn spawn_marketplace() -> (String, Hits) {
                 std::future::pending::<()>().await;
             }),
         )
+        .route(
+            "/rl/an-hour",
+            get(|State(h): State<Hits>| async move {
+                h.next();
+                problem_429(Some("3600"))
+            }),
+        )
         .route("/always-503", get(|State(h): State<Hits>| async move {
             h.next();
             StatusCode::SERVICE_UNAVAILABLE

@@ -88,6 +88,23 @@ async fn observed_headers_hold_back_the_next_permit() {
 }
 
 #[tokio::test]
+async fn a_retry_after_beyond_the_ceiling_pauses_the_ceiling_then_gives_up_on_it() {
+    let (base, hits) = spawn_marketplace().await;
+    let q = memory_quota(vtex_pricing());
+    let client = client_with(q.executor());
+    let err = client.get(format!("{base}/rl/an-hour")).with_extension(Account::new("seller-1")).send().await;
+    let err = err.expect_err("gives up");
+    let err = retry_error(&err);
+    // Paused the 30 s ceiling; the bucket, penalized for an hour, then refused
+    // the permit: nothing more was sent.
+    assert!(matches!(err.reason, GiveUpReason::WaitCeiling { .. }), "{err:?}");
+    assert_eq!((err.attempts, hits.get()), (1, 1));
+    assert_eq!(q.clock.sleeps(), vec![Duration::from_secs(30)]);
+    let stats = q.stats().await;
+    assert_eq!((stats.penalties, stats.refusals(RefusalReason::WaitCeilingExceeded)), (1, 1));
+}
+
+#[tokio::test]
 async fn a_call_refused_by_an_open_breaker_is_counted_on_the_quota_dashboard() {
     let (base, hits) = spawn_marketplace().await;
     let q = memory_quota(vtex_pricing());

@@ -262,6 +262,44 @@ mod tests {
         assert_eq!(record(&s, true, t(1), &c), s);
     }
 
+    proptest::proptest! {
+        /// Whatever the order of calls, results and time steps: a closed breaker
+        /// has fewer failures than the threshold, an open one probes exactly
+        /// `probe_after` after it opened, half-open admits one probe at a time,
+        /// and trips never go down.
+        #[test]
+        fn any_sequence_of_events_keeps_the_breaker_invariants(
+            events in proptest::collection::vec((0u8..3, 0u64..20), 1..200)
+        ) {
+            let c = BreakerConfig::default();
+            let mut s = BreakerState::default();
+            let mut now = t(0);
+            for (event, step) in events {
+                now = now + Duration::from_secs(step);
+                let trips = s.trips;
+                s = match event {
+                    0 => {
+                        let (admission, next) = decide(&s, now, &c);
+                        if s.phase == Phase::HalfOpen && s.probe_until.is_some_and(|u| now < u) {
+                            proptest::prop_assert!(!admission.is_allowed());
+                        }
+                        next
+                    }
+                    1 => record(&s, true, now, &c),
+                    _ => record(&s, false, now, &c),
+                };
+                proptest::prop_assert!(s.trips >= trips);
+                match s.phase {
+                    Phase::Closed => proptest::prop_assert!(s.consecutive_failures < c.failure_threshold),
+                    Phase::Open => proptest::prop_assert_eq!(
+                        s.next_probe_at, s.opened_at.map(|o| o + c.probe_after)
+                    ),
+                    Phase::HalfOpen => proptest::prop_assert!(s.probe_successes < c.probes_to_close),
+                }
+            }
+        }
+    }
+
     #[test]
     fn config_round_trips_through_json_in_milliseconds() {
         let c: BreakerConfig = serde_json::from_str(r#"{"probe_after": 1500}"#).expect("valid");

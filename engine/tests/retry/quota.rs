@@ -138,6 +138,21 @@ async fn retries_spend_quota_in_the_redis_store_too() {
 }
 
 #[tokio::test]
+async fn a_concurrency_lease_is_given_back_after_every_attempt() {
+    let (base, hits) = spawn_marketplace().await;
+    let mut q = memory_quota(vtex_pricing());
+    q.rule.concurrency = Some(1);
+    q.limiter.replace_rules(RuleRegistry::new([q.rule.clone()]));
+    let client = client_with(q.executor());
+    // Three attempts, then a second call: each would be refused with
+    // concurrency_limit if an earlier attempt still held the only lease.
+    client.get(format!("{base}/5xx")).with_extension(Account::new("seller-1")).send().await.expect("retried");
+    client.get(format!("{base}/5xx")).with_extension(Account::new("seller-1")).send().await.expect("ok");
+    let stats = q.stats().await;
+    assert_eq!((hits.get(), stats.grants, stats.refusals(RefusalReason::ConcurrencyLimit)), (4, 4, 0));
+}
+
+#[tokio::test]
 async fn a_request_no_rule_covers_gives_up_with_no_rule() {
     let (base, hits) = spawn_marketplace().await;
     let q = memory_quota(vtex_pricing());

@@ -189,6 +189,15 @@ pub fn record(state: &BreakerState, failed: bool, now: Timestamp, config: &Break
     }
 }
 
+/// An admitted probe was never sent (no permit, no budget): free the probe
+/// slot at once instead of making others wait out its lease.
+pub fn abandon_probe(state: &BreakerState) -> BreakerState {
+    match state.phase {
+        Phase::HalfOpen => BreakerState { probe_until: None, ..*state },
+        _ => *state,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,6 +261,16 @@ mod tests {
         let (_, s) = decide(&s, t(31), &c);
         let s = record(&s, true, t(31), &c);
         assert_eq!((s.phase, s.next_probe_at, s.trips, s.probe_successes), (Phase::Open, Some(t(61)), 2, 0));
+    }
+
+    #[test]
+    fn an_abandoned_probe_frees_the_slot_for_the_next_caller() {
+        let c = BreakerConfig::default();
+        let s = fail_n(BreakerState::default(), 5, t(0), &c);
+        let (_, s) = decide(&s, t(30), &c);
+        assert!(!decide(&s, t(31), &c).0.is_allowed());
+        assert_eq!(decide(&abandon_probe(&s), t(31), &c).0, Admission::Probe);
+        assert_eq!(abandon_probe(&BreakerState::default()), BreakerState::default());
     }
 
     #[test]

@@ -165,6 +165,11 @@ impl Breaker {
         .await
     }
 
+    /// A probe admitted by [`Breaker::admit`] was never sent.
+    pub async fn abandon_probe(&self, key: &BreakerKey) -> Result<(), BreakerError> {
+        self.update(key, |state, _now, _config| ((), decision::abandon_probe(state))).await
+    }
+
     /// Every known breaker, for the UI, ordered by account and scope.
     pub async fn list(&self) -> Result<Vec<BreakerView>, BreakerError> {
         let (mut all, _now) = self.store.list().await?;

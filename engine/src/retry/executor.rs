@@ -284,6 +284,7 @@ impl RetryExecutor {
         let mut last = None;
         for attempt in 1..=max_attempts {
             let sent = attempt - 1;
+            let mut probing = false;
             if let (Some(breaker), Some(key)) = (&self.breaker, &breaker_key) {
                 match breaker.admit(key).await {
                     Ok(Admission::Rejected { retry_at }) => {
@@ -292,16 +293,20 @@ impl RetryExecutor {
                         }
                         return Err(give_up(GiveUpReason::BreakerOpen { retry_at }, sent, last));
                     }
-                    Ok(_) => {}
+                    Ok(admission) => probing = admission == Admission::Probe,
                     Err(e) => return Err(give_up(e.into(), sent, last)),
                 }
             }
             let permit = match self.gate.acquire(target, self.policy.own_wait_ceiling()).await {
                 Ok(permit) => permit,
-                Err(refusal) => return Err(give_up(refusal.into(), sent, last)),
+                Err(refusal) => {
+                    self.abandon_probe(probing, breaker_key.as_ref()).await;
+                    return Err(give_up(refusal.into(), sent, last));
+                }
             };
             let Some(remaining) = self.remaining(deadline) else {
                 self.release(target, &permit).await;
+                self.abandon_probe(probing, breaker_key.as_ref()).await;
                 return Err(give_up(GiveUpReason::BudgetExhausted, sent, last));
             };
             // The budget bounds the attempt itself too. Real time here: the
@@ -367,6 +372,14 @@ impl RetryExecutor {
     async fn release(&self, target: &CallTarget, permit: &GatePermit) {
         if permit.lease.is_some() {
             self.feedback(self.gate.release(target, permit).await, "release");
+        }
+    }
+
+    async fn abandon_probe(&self, probing: bool, key: Option<&BreakerKey>) {
+        if let (true, Some(breaker), Some(key)) = (probing, &self.breaker, key) {
+            if let Err(e) = breaker.abandon_probe(key).await {
+                tracing::warn!(error = %e, breaker = %key, "could not free an unsent probe");
+            }
         }
     }
 

@@ -291,3 +291,24 @@ async fn rate_limits_and_client_errors_do_not_count_against_the_breaker() {
     assert_eq!(views.len(), 1);
     assert_eq!((views[0].phase, views[0].consecutive_failures, views[0].trips), (Phase::Closed, 0, 0));
 }
+
+#[tokio::test]
+async fn a_probe_that_gets_no_permit_does_not_block_the_next_probe() {
+    let clock = Arc::new(ManualClock::at_test_epoch());
+    let gate = Arc::new(vtex_pricing_gate().refusing_at(6, || GateRefusal::ConcurrencyLimit { retry_after: None }));
+    let breaker = Breaker::new(Arc::new(MemoryBreakerStore::new(clock.clone())), BreakerConfig::default());
+    let one_shot = RetryPolicy::new(1, MS(500), Duration::from_secs(60)).expect("valid");
+    let executor = RetryExecutor::new(gate.clone(), clock.clone() as SharedClock)
+        .with_policy(one_shot)
+        .with_breaker(breaker);
+    for _ in 0..5 {
+        let (_, send) = upstream(vec![status(503)]);
+        let _ = executor.run(&get(), send).await;
+    }
+    clock.advance(Duration::from_secs(30));
+    let (_, send) = upstream(vec![status(200)]);
+    let err = executor.run(&get(), send).await.expect_err("the probe got no permit");
+    assert!(matches!(err.reason, GiveUpReason::ConcurrencyLimit { .. }), "{err:?}");
+    let (_, send) = upstream(vec![status(200)]);
+    assert_eq!(executor.run(&get(), send).await.expect("probes at once").attempts, 1);
+}

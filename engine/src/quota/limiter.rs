@@ -365,3 +365,41 @@ pub fn bucket_key(account: String, rule: &Rule) -> BucketKey {
     let scope = if rule.scope == GLOBAL_SCOPE { "_any".to_owned() } else { rule.scope.clone() };
     BucketKey { account, scope, rule: rule.id.clone() }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_limit_headers_accept_deltas_and_epochs_and_ignore_garbage() {
+        let now = Timestamp::from_secs(1_767_225_600);
+        let h = RateLimitHeaders::parse(Some(" 7 "), Some("2.5"), now);
+        assert_eq!(h, RateLimitHeaders { remaining: Some(7), reset_in: Some(Duration::from_millis(2500)) });
+        let h = RateLimitHeaders::parse(Some("0"), Some("1767225630"), now);
+        assert_eq!(h.reset_in, Some(Duration::from_secs(30)));
+        let h = RateLimitHeaders::parse(Some("-1"), Some("soon"), now);
+        assert_eq!(h, RateLimitHeaders::default());
+        let past = RateLimitHeaders::parse(None, Some("1767225000"), now);
+        assert_eq!(past.reset_in, Some(Duration::ZERO), "a reset in the past means now");
+    }
+
+    #[test]
+    fn retry_after_is_rounded_up_to_whole_seconds_for_http() {
+        let r = Refusal {
+            reason: RefusalReason::WaitCeilingExceeded,
+            retry_after: Some(Duration::from_millis(65_001)),
+            rule: None,
+        };
+        assert_eq!(r.retry_after_secs(), Some(66));
+    }
+
+    #[test]
+    fn accounts_that_would_break_the_hash_tag_are_rejected() {
+        let req = |a: &str| QuotaRequest::new("s", "GET", "/").account(a);
+        assert_eq!(account_of(&QuotaRequest::new("s", "GET", "/")).ok().as_deref(), Some(GLOBAL_ACCOUNT));
+        assert_eq!(account_of(&req("acct42")).ok().as_deref(), Some("acct42"));
+        for bad in ["a{b", "a}b", "a:b"] {
+            assert!(matches!(account_of(&req(bad)), Err(QuotaError::InvalidAccount)));
+        }
+    }
+}

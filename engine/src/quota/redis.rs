@@ -192,6 +192,7 @@ impl RedisStore {
         let mut pipe = redis::pipe();
         pipe.zadd(self.index_key(), member, now_ms).ignore();
         pipe.zrembyscore(self.index_key(), "-inf", now_ms - INDEX_TTL_MS).ignore();
+        pipe.pexpire(self.index_key(), INDEX_TTL_MS).ignore();
         let mut conn = self.conn.clone();
         if timed::<()>(self.timeout, pipe.query_async(&mut conn)).await.is_err() {
             // Try again on the next decision.

@@ -299,6 +299,10 @@ fn rule_from_row(row: &AnyRow) -> Result<Rule, RulesRepoError> {
     })
 }
 
+/// The default poll interval: an edit is live everywhere within about 1 s
+/// (SPEC: within 2 s), for one indexed single-row read per instance per second.
+pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
+
 /// Keeps one limiter's rule set in step with the database.
 #[derive(Debug)]
 pub struct RuleReloader {

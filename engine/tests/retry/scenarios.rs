@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use sluice_engine::breaker::memory::MemoryBreakerStore;
-use sluice_engine::breaker::{Breaker, BreakerConfig, BreakerKey, Phase};
+use sluice_engine::breaker::{Breaker, BreakerConfig, BreakerError, BreakerKey, Phase};
 use sluice_engine::clock::{Clock, ManualClock, SharedClock};
 use sluice_engine::retry::policy::draw_jitter;
 use sluice_engine::retry::{
@@ -311,4 +311,45 @@ async fn a_probe_that_gets_no_permit_does_not_block_the_next_probe() {
     assert!(matches!(err.reason, GiveUpReason::ConcurrencyLimit { .. }), "{err:?}");
     let (_, send) = upstream(vec![status(200)]);
     assert_eq!(executor.run(&get(), send).await.expect("probes at once").attempts, 1);
+}
+
+/// A breaker store whose backend is down.
+#[derive(Debug)]
+struct DownStore;
+
+#[async_trait::async_trait]
+impl sluice_engine::breaker::BreakerStore for DownStore {
+    async fn load(&self, _key: &BreakerKey) -> Result<sluice_engine::breaker::Loaded, BreakerError> {
+        Err(BreakerError::Store(Box::new(std::io::Error::other("connection refused"))))
+    }
+    async fn compare_and_set(
+        &self,
+        _key: &BreakerKey,
+        _version: u64,
+        _state: &sluice_engine::breaker::BreakerState,
+        _ttl: Duration,
+    ) -> Result<bool, BreakerError> {
+        Err(BreakerError::Store(Box::new(std::io::Error::other("connection refused"))))
+    }
+    async fn list(
+        &self,
+    ) -> Result<(Vec<(BreakerKey, sluice_engine::breaker::BreakerState)>, sluice_engine::clock::Timestamp), BreakerError>
+    {
+        Err(BreakerError::Store(Box::new(std::io::Error::other("connection refused"))))
+    }
+    async fn reset(&self, _key: &BreakerKey) -> Result<(), BreakerError> {
+        Err(BreakerError::Store(Box::new(std::io::Error::other("connection refused"))))
+    }
+}
+
+#[tokio::test]
+async fn a_breaker_store_that_is_down_fails_the_call_closed_before_sending() {
+    let clock = Arc::new(ManualClock::at_test_epoch());
+    let gate = Arc::new(vtex_pricing_gate());
+    let executor = RetryExecutor::new(gate.clone(), clock.clone() as SharedClock)
+        .with_breaker(Breaker::new(Arc::new(DownStore), BreakerConfig::default()));
+    let (script, send) = upstream(vec![status(200)]);
+    let err = executor.run(&get(), send).await.expect_err("fails closed");
+    assert_eq!((err.reason.code(), err.attempts), ("store_unavailable", 0));
+    assert_eq!((gate.count("acquire"), script.lock().expect("lock").len()), (0, 1), "no permit, nothing sent");
 }

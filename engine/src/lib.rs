@@ -10,3 +10,7 @@
 
 pub mod clock;
 pub mod db;
+pub mod quota;
+pub mod simulator;
+pub mod breaker;
+pub mod retry;

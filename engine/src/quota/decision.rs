@@ -1,0 +1,263 @@
+//! The quota math, pure: functions of `(state, now, limit, …)` with no IO and
+//! no clock reads. The in-memory store runs these under a lock; the Redis
+//! store runs the same math in `lua/quota.lua` (the contract suite holds both
+//! to the same behaviour).
+//!
+//! Every algorithm books by *reservation*: a request gets the earliest instant
+//! `at ≥ now` at which it may go, later requests queue behind it (FIFO), and
+//! the caller sleeps `at − now`. If that wait is beyond the ceiling nothing is
+//! booked and the refusal carries `retry_after = at − now`.
+//!
+//! All instants are microseconds since the Unix epoch.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::clock::{duration_micros, Timestamp};
+
+use super::rule::{Algorithm, Limit};
+
+/// What a bucket remembers. One struct for every algorithm: a rule edited to
+/// another algorithm simply starts using other fields.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BucketState {
+    /// Token bucket: theoretical arrival time (GCRA).
+    pub tat: i64,
+    /// Fixed window: index of the last window with bookings (`start / interval`).
+    pub window: i64,
+    /// Fixed window: tokens booked in `window`.
+    pub used: u64,
+    /// Sliding log: one entry per token granted or booked, ascending.
+    pub log: VecDeque<i64>,
+    /// Window algorithms: no grant before this instant (429 penalty, `Remaining: 0`).
+    pub blocked_until: i64,
+}
+
+/// The outcome of one rate decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Booked: the caller may go after `wait`.
+    Granted { wait: Duration },
+    /// Not booked: the earliest slot is `retry_after` away, beyond the ceiling.
+    Refused { retry_after: Duration },
+}
+
+/// Usage of a bucket, read without consuming.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Tokens a request could take right now without waiting.
+    pub remaining: u64,
+    /// The most the bucket holds (`burst` or `tokens`).
+    pub capacity: u64,
+    /// How long a cost-1 request arriving now would wait.
+    pub next_in: Duration,
+}
+
+fn interval_us(limit: &Limit) -> i64 {
+    duration_micros(limit.interval).max(1)
+}
+
+/// GCRA increment for `cost` tokens, rounded up so rounding never grants extra.
+fn gcra_increment(limit: &Limit, cost: u64) -> i64 {
+    let num = i128::from(cost) * i128::from(interval_us(limit));
+    let den = i128::from(limit.tokens.max(1));
+    i64::try_from((num + den - 1) / den).unwrap_or(i64::MAX)
+}
+
+/// GCRA burst tolerance span, rounded down for the same reason.
+fn gcra_span(limit: &Limit) -> i64 {
+    let num = i128::from(limit.burst) * i128::from(interval_us(limit));
+    i64::try_from(num / i128::from(limit.tokens.max(1))).unwrap_or(i64::MAX)
+}
+
+/// Drop sliding-log entries that no window containing `now` can see.
+fn prune(state: &mut BucketState, now: i64, w: i64) {
+    while state.log.front().is_some_and(|&e| e <= now - w) {
+        state.log.pop_front();
+    }
+}
+
+/// The earliest instant a request of `cost` may go, given the bookings so far.
+fn earliest(state: &mut BucketState, now: i64, limit: &Limit, cost: u64) -> i64 {
+    let w = interval_us(limit);
+    match limit.algorithm {
+        Algorithm::TokenBucket => (state.tat.max(now) + gcra_increment(limit, cost) - gcra_span(limit)).max(now),
+        Algorithm::FixedWindow => {
+            let (win, used) = fixed_cursor(state, now, w);
+            let win = if used + cost > u64::from(limit.tokens) { win + 1 } else { win };
+            (win * w).max(now).max(state.blocked_until)
+        }
+        Algorithm::SlidingLog => {
+            prune(state, now, w);
+            let mut at = now.max(state.blocked_until).max(state.log.back().copied().unwrap_or(now));
+            let allowed_others = u64::from(limit.tokens).saturating_sub(cost);
+            let m = state.log.len() as u64;
+            if m > allowed_others {
+                // The (m − allowed_others)-th entry must have left the window (t − w, t].
+                let idx = usize::try_from(m - allowed_others - 1).unwrap_or(0);
+                at = at.max(state.log[idx] + w);
+            }
+            at
+        }
+    }
+}
+
+/// The window a fixed-window booking would go into, and what it already holds.
+fn fixed_cursor(state: &BucketState, now: i64, w: i64) -> (i64, u64) {
+    let current = now.div_euclid(w);
+    let blocked = if state.blocked_until > now { state.blocked_until.div_euclid(w) } else { current };
+    let floor = current.max(blocked);
+    if state.window >= floor {
+        (state.window, state.used)
+    } else {
+        (floor, 0)
+    }
+}
+
+fn book(state: &mut BucketState, now: i64, at: i64, limit: &Limit, cost: u64) {
+    let w = interval_us(limit);
+    match limit.algorithm {
+        Algorithm::TokenBucket => state.tat = state.tat.max(now) + gcra_increment(limit, cost),
+        Algorithm::FixedWindow => {
+            let win = at.div_euclid(w);
+            let (cur, used) = fixed_cursor(state, now, w);
+            state.used = if win == cur { used + cost } else { cost };
+            state.window = win;
+        }
+        Algorithm::SlidingLog => {
+            for _ in 0..cost {
+                state.log.push_back(at);
+            }
+        }
+    }
+}
+
+/// Decide one request of `cost` tokens (1 ≤ cost ≤ [`Limit::capacity`]):
+/// book it and return the wait, or refuse without booking when the wait would
+/// exceed `ceiling`.
+pub fn decide(state: &mut BucketState, now: Timestamp, limit: &Limit, cost: u32, ceiling: Duration) -> Decision {
+    let now = now.as_micros();
+    let cost = u64::from(cost.max(1));
+    let at = earliest(state, now, limit, cost);
+    let wait = Duration::from_micros(u64::try_from(at - now).unwrap_or(0));
+    if wait > ceiling {
+        return Decision::Refused { retry_after: wait };
+    }
+    book(state, now, at, limit, cost);
+    Decision::Granted { wait }
+}
+
+/// No grant before `until` (a 429 penalty or `Remaining: 0` until reset). For
+/// the token bucket this drains the bucket: after the block, permits come at
+/// the steady rate, not as a fresh burst.
+pub fn block_until(state: &mut BucketState, limit: &Limit, until: Timestamp) {
+    let until = until.as_micros();
+    match limit.algorithm {
+        Algorithm::TokenBucket => {
+            state.tat = state.tat.max(until - gcra_increment(limit, 1) + gcra_span(limit));
+        }
+        Algorithm::FixedWindow | Algorithm::SlidingLog => state.blocked_until = state.blocked_until.max(until),
+    }
+}
+
+/// An upstream 429: no permit before `now + max(floor, retry_after)`, where
+/// `floor` is [`super::rule::Rule::penalty_floor`] (one token's refill, or the
+/// rule's minimum back-off). Returns the instant the block ends.
+pub fn penalize(
+    state: &mut BucketState,
+    now: Timestamp,
+    limit: &Limit,
+    floor: Duration,
+    retry_after: Option<Duration>,
+) -> Timestamp {
+    let until = now + floor.max(retry_after.unwrap_or_default());
+    block_until(state, limit, until);
+    until
+}
+
+/// Upstream rate-limit headers: lower the bucket to `remaining`, never raise
+/// it. `remaining == 0` blocks until `reset_in` (or one token's refill when
+/// the upstream gave no reset).
+pub fn observe(state: &mut BucketState, now: Timestamp, limit: &Limit, remaining: u64, reset_in: Option<Duration>) {
+    if remaining == 0 {
+        let until = now + reset_in.unwrap_or_else(|| limit.refill_one());
+        block_until(state, limit, until);
+        return;
+    }
+    let available = peek(state, now, limit).remaining;
+    if available <= remaining {
+        return;
+    }
+    let now_us = now.as_micros();
+    let w = interval_us(limit);
+    match limit.algorithm {
+        Algorithm::TokenBucket => {
+            // remaining tokens ⇔ tat = now + span − remaining × T
+            let target = now_us + gcra_span(limit) - gcra_increment(limit, remaining);
+            state.tat = state.tat.max(target);
+        }
+        Algorithm::FixedWindow => {
+            let current = now_us.div_euclid(w);
+            if state.window < current {
+                state.window = current;
+                state.used = 0;
+            }
+            if state.window == current {
+                state.used = state.used.max(u64::from(limit.tokens).saturating_sub(remaining));
+            }
+        }
+        Algorithm::SlidingLog => {
+            for _ in 0..(available - remaining) {
+                state.log.push_back(now_us.max(state.log.back().copied().unwrap_or(now_us)));
+            }
+        }
+    }
+}
+
+/// Read usage without consuming (pruning the sliding log is not consuming).
+pub fn peek(state: &mut BucketState, now: Timestamp, limit: &Limit) -> Usage {
+    let now_us = now.as_micros();
+    let w = interval_us(limit);
+    let capacity = u64::from(limit.capacity());
+    let remaining = match limit.algorithm {
+        Algorithm::TokenBucket => {
+            let room = now_us + gcra_span(limit) - state.tat.max(now_us);
+            let tokens = i128::from(room.max(0)) * i128::from(limit.tokens) / i128::from(w);
+            u64::try_from(tokens).unwrap_or(0).min(capacity)
+        }
+        Algorithm::FixedWindow if state.blocked_until > now_us => 0,
+        Algorithm::FixedWindow => {
+            let current = now_us.div_euclid(w);
+            match state.window.cmp(&current) {
+                std::cmp::Ordering::Less => capacity,
+                std::cmp::Ordering::Equal => capacity.saturating_sub(state.used),
+                std::cmp::Ordering::Greater => 0,
+            }
+        }
+        Algorithm::SlidingLog if state.blocked_until > now_us => 0,
+        Algorithm::SlidingLog => {
+            prune(state, now_us, w);
+            capacity.saturating_sub(state.log.len() as u64)
+        }
+    };
+    let at = earliest(state, now_us, limit, 1);
+    Usage { remaining, capacity, next_in: Duration::from_micros(u64::try_from(at - now_us).unwrap_or(0)) }
+}
+
+/// How long the state stays meaningful after `now`; past it the bucket reads
+/// as full, so a store may forget it (Redis: the key's TTL).
+pub fn relevant_for(state: &BucketState, now: Timestamp, limit: &Limit) -> Duration {
+    let now = now.as_micros();
+    let w = interval_us(limit);
+    let until = match limit.algorithm {
+        Algorithm::TokenBucket => state.tat,
+        Algorithm::FixedWindow => (state.window + 1) * w,
+        Algorithm::SlidingLog => state.log.back().map_or(0, |e| e + w),
+    }
+    .max(state.blocked_until);
+    Duration::from_micros(u64::try_from(until - now).unwrap_or(0))
+}
+
+#[cfg(test)]
+#[path = "decision_tests.rs"]
+mod tests;

@@ -1,0 +1,334 @@
+//! The Redis store: every operation is one EVALSHA of `lua/quota.lua` (the
+//! `redis` crate's `Script` re-loads it on `NOSCRIPT`, e.g. after a Redis
+//! restart), using Redis `TIME` as the clock. Works on a single node and on
+//! Redis Cluster: the four keys of a bucket share the account's hash tag.
+//!
+//! Every call has a short deadline (default 250 ms); a miss, a refused
+//! connection or a dropped one is [`StoreError::Unavailable`], which the
+//! limiter turns into a refusal (fail closed) or [`super::FallbackStore`]
+//! into its local share. The connection re-establishes itself.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, Script, Value};
+
+use crate::clock::duration_micros;
+
+use super::decision::Usage;
+use super::rule::{Limit, RuleId};
+use super::stats::{BucketKey, BucketStats, RefusalReason};
+use super::store::{DecideArgs, QuotaStore, StoreDecision, StoreError, StoreResult};
+
+const SCRIPT: &str = include_str!("lua/quota.lua");
+
+/// How often one process re-writes a bucket's entry in the index.
+const INDEX_REFRESH: Duration = Duration::from_secs(60);
+/// Buckets unused this long drop out of the index.
+const INDEX_TTL_MS: i64 = 7 * 24 * 3600 * 1000;
+
+/// Settings of the Redis store.
+#[derive(Clone, Debug)]
+pub struct RedisSettings {
+    /// `redis://host:port` (one URL), or several for a cluster.
+    pub urls: Vec<String>,
+    pub cluster: bool,
+    /// Key prefix (`SLUICE_REDIS_PREFIX`, default `sluice`).
+    pub prefix: String,
+    /// Deadline of one store call; an outage is detected within it.
+    pub timeout: Duration,
+}
+
+impl RedisSettings {
+    pub fn single(url: &str, prefix: &str) -> RedisSettings {
+        RedisSettings {
+            urls: vec![url.to_owned()],
+            cluster: false,
+            prefix: prefix.to_owned(),
+            timeout: Duration::from_millis(250),
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+/// Buckets in Redis, shared by every instance.
+pub struct RedisStore {
+    conn: Conn,
+    prefix: String,
+    timeout: Duration,
+    script: Script,
+    /// When this process last wrote each bucket into the index.
+    indexed: Mutex<HashMap<BucketKey, Instant>>,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+fn classify(e: RedisError) -> StoreError {
+    if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() || e.is_timeout() {
+        StoreError::Unavailable(Box::new(e))
+    } else {
+        StoreError::Protocol(e.to_string())
+    }
+}
+
+impl RedisStore {
+    /// Connect (within the timeout). A Redis that is down at startup is an error.
+    pub async fn connect(settings: &RedisSettings) -> Result<RedisStore, StoreError> {
+        let t = settings.timeout;
+        let conn = if settings.cluster {
+            let client = ClusterClient::builder(settings.urls.clone())
+                .connection_timeout(t)
+                .response_timeout(t)
+                .build()
+                .map_err(classify)?;
+            Conn::Cluster(timed(t, client.get_async_connection()).await?)
+        } else {
+            let url = settings.urls.first().ok_or_else(|| StoreError::Protocol("no Redis URL".into()))?;
+            let client = redis::Client::open(url.as_str()).map_err(classify)?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(t))
+                .set_response_timeout(Some(t))
+                .set_number_of_retries(1)
+                .set_max_delay(Duration::from_millis(200));
+            Conn::Single(timed(t, ConnectionManager::new_with_config(client, config)).await?)
+        };
+        Ok(RedisStore {
+            conn,
+            prefix: settings.prefix.clone(),
+            timeout: t,
+            script: Script::new(SCRIPT),
+            indexed: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// `{prefix}:rl:{account}:{scope}:{rule}`: the account in braces is the hash tag.
+    pub fn bucket_key(&self, key: &BucketKey) -> String {
+        format!("{}:rl:{{{}}}:{}:{}", self.prefix, key.account, key.scope, key.rule)
+    }
+
+    fn index_key(&self) -> String {
+        format!("{}:rl-index", self.prefix)
+    }
+
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        key: &BucketKey,
+        limit: &Limit,
+        op: &str,
+        args: &[String],
+    ) -> Result<T, StoreError> {
+        let base = self.bucket_key(key);
+        let mut inv = self.script.prepare_invoke();
+        inv.key(&base).key(format!("{base}:log")).key(format!("{base}:leases")).key(format!("{base}:stats"));
+        inv.arg(op)
+            .arg(limit.algorithm.as_str())
+            .arg(limit.tokens)
+            .arg(duration_micros(limit.interval))
+            .arg(limit.burst);
+        for a in args {
+            inv.arg(a);
+        }
+        let mut conn = self.conn.clone();
+        timed(self.timeout, inv.invoke_async(&mut conn)).await
+    }
+
+    /// Put the bucket into the index at most once per [`INDEX_REFRESH`] per
+    /// process. Kept out of the decision script: the index is one global key,
+    /// which a Cluster-safe script may not touch together with a bucket.
+    async fn index(&self, key: &BucketKey) {
+        let due = {
+            let mut seen = self.indexed.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            match seen.get(key) {
+                Some(at) if now.duration_since(*at) < INDEX_REFRESH => false,
+                _ => {
+                    seen.insert(key.clone(), now);
+                    true
+                }
+            }
+        };
+        if !due {
+            return;
+        }
+        let member = format!("{}:{}:{}", key.account, key.scope, key.rule);
+        let now_ms = crate::clock::Timestamp::from_system_time(std::time::SystemTime::now()).as_millis();
+        let mut pipe = redis::pipe();
+        pipe.zadd(self.index_key(), member, now_ms).ignore();
+        pipe.zrembyscore(self.index_key(), "-inf", now_ms - INDEX_TTL_MS).ignore();
+        pipe.pexpire(self.index_key(), INDEX_TTL_MS).ignore();
+        let mut conn = self.conn.clone();
+        if timed::<()>(self.timeout, pipe.query_async(&mut conn)).await.is_err() {
+            // Try again on the next decision.
+            self.indexed.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        }
+    }
+}
+
+async fn timed<T>(t: Duration, f: impl std::future::Future<Output = Result<T, RedisError>>) -> Result<T, StoreError> {
+    match tokio::time::timeout(t, f).await {
+        Ok(r) => r.map_err(classify),
+        Err(elapsed) => Err(StoreError::Unavailable(Box::new(elapsed))),
+    }
+}
+
+fn parse<T: redis::FromRedisValue>(v: Value) -> Result<T, StoreError> {
+    redis::from_redis_value(v).map_err(|e| StoreError::Protocol(e.to_string()))
+}
+
+fn micros(d: Duration) -> String {
+    duration_micros(d).to_string()
+}
+
+fn from_micros(v: i64) -> Duration {
+    Duration::from_micros(u64::try_from(v).unwrap_or(0))
+}
+
+impl QuotaStore for RedisStore {
+    fn decide<'a>(&'a self, a: &'a DecideArgs) -> StoreResult<'a, StoreDecision> {
+        Box::pin(async move {
+            let (lmax, lid, lttl) = match &a.lease {
+                Some(l) => (l.max_in_flight, l.id.clone(), micros(l.ttl)),
+                None => (0, String::new(), "0".into()),
+            };
+            let args = [
+                a.cost.to_string(),
+                micros(a.ceiling),
+                if a.shadow { "1" } else { "0" }.to_owned(),
+                lmax.to_string(),
+                lid,
+                lttl,
+            ];
+            let (granted, second, third): (i64, Value, Value) = self.run(&a.key, &a.limit, "decide", &args).await?;
+            self.index(&a.key).await;
+            if granted == 1 {
+                let wait: i64 = parse(second)?;
+                let lease: String = parse(third)?;
+                Ok(StoreDecision::Granted { wait: from_micros(wait), lease: (!lease.is_empty()).then_some(lease) })
+            } else {
+                let reason: String = parse(second)?;
+                let retry: i64 = parse(third)?;
+                let reason = reason.parse().map_err(|_| StoreError::Protocol(format!("unknown reason {reason}")))?;
+                Ok(StoreDecision::Refused { reason, retry_after: (retry >= 0).then(|| from_micros(retry)) })
+            }
+        })
+    }
+
+    fn penalize<'a>(
+        &'a self,
+        key: &'a BucketKey,
+        limit: &'a Limit,
+        floor: Duration,
+        retry_after: Option<Duration>,
+    ) -> StoreResult<'a, Duration> {
+        Box::pin(async move {
+            let args = [micros(floor), micros(retry_after.unwrap_or_default())];
+            let blocked: i64 = self.run(key, limit, "penalize", &args).await?;
+            self.index(key).await;
+            Ok(from_micros(blocked))
+        })
+    }
+
+    fn observe<'a>(
+        &'a self,
+        key: &'a BucketKey,
+        limit: &'a Limit,
+        remaining: u64,
+        reset_in: Option<Duration>,
+    ) -> StoreResult<'a, ()> {
+        Box::pin(async move {
+            let args = [remaining.to_string(), micros(reset_in.unwrap_or_else(|| limit.refill_one()))];
+            let _: i64 = self.run(key, limit, "observe", &args).await?;
+            Ok(())
+        })
+    }
+
+    fn peek<'a>(&'a self, key: &'a BucketKey, limit: &'a Limit) -> StoreResult<'a, Usage> {
+        Box::pin(async move {
+            let (remaining, capacity, next): (u64, u64, i64) = self.run(key, limit, "peek", &[]).await?;
+            Ok(Usage { remaining, capacity, next_in: from_micros(next) })
+        })
+    }
+
+    fn release<'a>(&'a self, key: &'a BucketKey, lease: &'a str) -> StoreResult<'a, ()> {
+        Box::pin(async move {
+            let _: i64 =
+                self.run(key, &Limit::fixed_window(1, Duration::from_secs(1)), "release", &[lease.to_owned()]).await?;
+            Ok(())
+        })
+    }
+
+    fn record_refusal<'a>(&'a self, key: &'a BucketKey, reason: RefusalReason) -> StoreResult<'a, ()> {
+        Box::pin(async move {
+            let limit = Limit::fixed_window(1, Duration::from_secs(1));
+            let _: i64 = self.run(key, &limit, "refuse", &[reason.as_str().to_owned()]).await?;
+            self.index(key).await;
+            Ok(())
+        })
+    }
+
+    fn stats<'a>(&'a self, key: &'a BucketKey) -> StoreResult<'a, BucketStats> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let cmd = redis::cmd("HGETALL").arg(format!("{}:stats", self.bucket_key(key))).clone();
+            let fields: HashMap<String, i64> = timed(self.timeout, cmd.query_async(&mut conn)).await?;
+            Ok(BucketStats::from_fields(fields.iter().map(|(k, v)| (k.as_str(), *v))))
+        })
+    }
+
+    fn list_buckets(&self) -> StoreResult<'_, Vec<BucketKey>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let cmd = redis::cmd("ZRANGE").arg(self.index_key()).arg(0).arg(-1).clone();
+            let members: Vec<String> = timed(self.timeout, cmd.query_async(&mut conn)).await?;
+            let mut keys: Vec<BucketKey> = members.iter().filter_map(|m| parse_member(m)).collect();
+            keys.sort();
+            Ok(keys)
+        })
+    }
+}
+
+/// `account:scope:rule` (accounts and scopes never contain ':').
+fn parse_member(m: &str) -> Option<BucketKey> {
+    let mut parts = m.splitn(3, ':');
+    let account = parts.next()?.to_owned();
+    let scope = parts.next()?.to_owned();
+    let rule = RuleId(parts.next()?.to_owned());
+    Some(BucketKey { account, scope, rule })
+}

@@ -1,0 +1,222 @@
+//! What every decision leaves behind for the dashboards: grants, waits (as a
+//! histogram, so p50/p95 are computable), refusals by reason, 429 penalties
+//! and header observations, per (account, rule).
+//!
+//! The numbers live in the store (Redis: a hash next to the bucket, updated by
+//! the same script call as the decision), so every instance sees the same ones.
+//!
+//! Wait histogram: bucket 0 counts waits under 1 ms; bucket `i ≥ 1` counts
+//! waits in `[2^(i−1), 2^i)` ms; the last bucket is open-ended. A percentile is
+//! reported as its bucket's upper bound: at most 2× off, never under.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::rule::RuleId;
+
+/// Number of wait-histogram buckets (the last one holds waits ≥ 2^20 ms ≈ 17 min).
+pub const WAIT_BUCKETS: usize = 22;
+
+/// Why a request got no permit. Shown on dashboards; stable snake_case names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalReason {
+    /// The booked wait would be beyond the effective ceiling; nothing booked.
+    WaitCeilingExceeded,
+    /// The shared store is down and the deployment fails closed.
+    StoreUnavailable,
+    /// The rule's concurrency leases are all held.
+    ConcurrencyLimit,
+    /// An upstream circuit breaker is open (recorded by the retry executor).
+    BreakerOpen,
+    /// No rule and no default matched the request.
+    NoRule,
+}
+
+impl RefusalReason {
+    pub const ALL: [RefusalReason; 5] = [
+        RefusalReason::WaitCeilingExceeded,
+        RefusalReason::StoreUnavailable,
+        RefusalReason::ConcurrencyLimit,
+        RefusalReason::BreakerOpen,
+        RefusalReason::NoRule,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::WaitCeilingExceeded => "wait_ceiling_exceeded",
+            RefusalReason::StoreUnavailable => "store_unavailable",
+            RefusalReason::ConcurrencyLimit => "concurrency_limit",
+            RefusalReason::BreakerOpen => "breaker_open",
+            RefusalReason::NoRule => "no_rule",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            RefusalReason::WaitCeilingExceeded => 0,
+            RefusalReason::StoreUnavailable => 1,
+            RefusalReason::ConcurrencyLimit => 2,
+            RefusalReason::BreakerOpen => 3,
+            RefusalReason::NoRule => 4,
+        }
+    }
+}
+
+impl fmt::Display for RefusalReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RefusalReason {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        RefusalReason::ALL.into_iter().find(|r| r.as_str() == s).ok_or(())
+    }
+}
+
+/// Identifies one bucket: `{prefix}:rl:{account}:{scope}:{rule}` in Redis.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BucketKey {
+    pub account: String,
+    pub scope: String,
+    pub rule: RuleId,
+}
+
+/// The account used for calls that name none.
+pub const GLOBAL_ACCOUNT: &str = "_global";
+
+/// Counters for one bucket since it was first used (Redis: since its stats
+/// key last expired, 7 days after the last decision).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketStats {
+    pub grants: u64,
+    /// Grants that had to wait (booked wait ≥ 1 ms).
+    pub waited: u64,
+    /// Sum of booked waits, in microseconds.
+    pub wait_sum_us: u64,
+    pub wait_histogram: Vec<u64>,
+    /// Indexed like [`RefusalReason::ALL`].
+    pub refusals: [u64; 5],
+    /// Decisions of shadow rules that would have waited or been refused.
+    pub shadow_blocks: u64,
+    pub penalties: u64,
+    pub observations: u64,
+    /// Last decision, milliseconds since the epoch (store clock).
+    pub last_at_ms: i64,
+}
+
+impl BucketStats {
+    pub fn refusals(&self, reason: RefusalReason) -> u64 {
+        self.refusals[reason.index()]
+    }
+
+    pub fn refusals_total(&self) -> u64 {
+        self.refusals.iter().sum()
+    }
+
+    pub(crate) fn add_refusal(&mut self, reason: RefusalReason) {
+        self.refusals[reason.index()] += 1;
+    }
+
+    pub(crate) fn add_grant(&mut self, wait: Duration) {
+        self.grants += 1;
+        if wait >= Duration::from_millis(1) {
+            self.waited += 1;
+        }
+        self.wait_sum_us += u64::try_from(wait.as_micros()).unwrap_or(u64::MAX);
+        if self.wait_histogram.len() < WAIT_BUCKETS {
+            self.wait_histogram.resize(WAIT_BUCKETS, 0);
+        }
+        self.wait_histogram[wait_bucket(wait)] += 1;
+    }
+
+    /// The `q`-quantile (0.5 = p50, 0.95 = p95) of booked waits, as the upper
+    /// bound of its histogram bucket; `None` before the first grant.
+    pub fn wait_percentile(&self, q: f64) -> Option<Duration> {
+        let total: u64 = self.wait_histogram.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, n) in self.wait_histogram.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return Some(bucket_upper_bound(i));
+            }
+        }
+        Some(bucket_upper_bound(WAIT_BUCKETS - 1))
+    }
+
+    /// Parse the flat field map the Redis script writes (`HGETALL`).
+    pub fn from_fields<'a>(fields: impl IntoIterator<Item = (&'a str, i64)>) -> BucketStats {
+        let mut s = BucketStats { wait_histogram: vec![0; WAIT_BUCKETS], ..BucketStats::default() };
+        for (k, v) in fields {
+            let n = u64::try_from(v).unwrap_or(0);
+            match k {
+                "grants" => s.grants = n,
+                "waited" => s.waited = n,
+                "wait_sum_us" => s.wait_sum_us = n,
+                "shadow_blocks" => s.shadow_blocks = n,
+                "penalties" => s.penalties = n,
+                "observations" => s.observations = n,
+                "last_at_ms" => s.last_at_ms = v,
+                _ => {
+                    if let Some(i) = k.strip_prefix("w").and_then(|i| i.parse::<usize>().ok()) {
+                        if i < WAIT_BUCKETS {
+                            s.wait_histogram[i] = n;
+                        }
+                    } else if let Some(r) = k.strip_prefix("refused:").and_then(|r| r.parse::<RefusalReason>().ok()) {
+                        s.refusals[r.index()] = n;
+                    }
+                }
+            }
+        }
+        s
+    }
+}
+
+/// Histogram bucket of a wait (the Lua script computes the same).
+pub fn wait_bucket(wait: Duration) -> usize {
+    let ms = wait.as_millis();
+    if ms == 0 {
+        0
+    } else {
+        ((128 - ms.leading_zeros()) as usize).min(WAIT_BUCKETS - 1)
+    }
+}
+
+fn bucket_upper_bound(i: usize) -> Duration {
+    if i == 0 {
+        Duration::from_millis(1)
+    } else {
+        Duration::from_millis(1u64 << i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_percentiles_come_from_the_histogram_and_never_understate() {
+        let mut s = BucketStats::default();
+        for _ in 0..90 {
+            s.add_grant(Duration::ZERO);
+        }
+        for _ in 0..10 {
+            s.add_grant(Duration::from_millis(300));
+        }
+        assert_eq!(s.wait_percentile(0.5), Some(Duration::from_millis(1)));
+        assert_eq!(s.wait_percentile(0.95), Some(Duration::from_millis(512)));
+        assert_eq!(s.waited, 10);
+        assert_eq!(wait_bucket(Duration::from_millis(1)), 1);
+        assert_eq!(wait_bucket(Duration::from_millis(2)), 2);
+        assert_eq!(wait_bucket(Duration::from_millis(3)), 2);
+    }
+}

@@ -1,0 +1,220 @@
+//! The schedule simulator (SPEC §6, seed 003): when does each request of a
+//! ready queue get its permit, and how many of them would the upstream refuse?
+//!
+//! Time starts at "second zero" (the Unix epoch, so fixed windows start at
+//! multiples of their length). All workers and the whole queue are ready after
+//! a common initial pause. Each request goes to the worker that can send it
+//! soonest (ties: the lower worker number). Workers either keep their own local
+//! limit (the seed's failure: four workers with 3 per 10 s each send 12 into
+//! one window) or share one limiter. The permits are then replayed against the
+//! upstream limit, in time order, to count the requests it would refuse
+//! (refused requests do not spend upstream quota). The simulator computes
+//! permit times, not response times: no latency, no connections.
+//!
+//! It reuses the limiter's pure decision code, so what it shows is what the
+//! limiter does.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Timestamp;
+use crate::quota::decision::{decide, BucketState, Decision};
+use crate::quota::rule::{Limit, RuleError};
+
+/// How the workers are limited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "mode", content = "limit")]
+pub enum WorkerMode {
+    /// Every worker keeps this limit on its own.
+    LocalLimits(Limit),
+    /// All workers share one limiter with this limit.
+    SharedLimiter(Limit),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimulationInput {
+    /// The upstream's limit (fixed window from second zero, or token bucket).
+    pub upstream: Limit,
+    pub workers: u32,
+    pub mode: WorkerMode,
+    /// Requests ready at the start.
+    pub queue: u32,
+    /// Common pause before any worker starts.
+    pub initial_pause: Duration,
+}
+
+/// One permit of the schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimulatedPermit {
+    /// 0-based position in the queue.
+    pub request: u32,
+    /// 0-based worker number.
+    pub worker: u32,
+    /// Offset from second zero.
+    pub at: Duration,
+    /// The upstream would refuse it (429).
+    pub over_limit: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimulationReport {
+    /// In queue order.
+    pub permits: Vec<SimulatedPermit>,
+    pub over_limit: u32,
+    /// From second zero to the last permit (initial pause included): how stale
+    /// the last record is when its update goes out.
+    pub drain_time: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimulationError {
+    #[error("workers: must be between 1 and 1000")]
+    Workers,
+    #[error("queue: must be between 0 and 100000")]
+    Queue,
+    #[error("upstream {0}")]
+    Upstream(#[source] RuleError),
+    #[error("worker limit {0}")]
+    WorkerLimit(#[source] RuleError),
+}
+
+/// Simulate the schedule. Pure: same input, same report.
+pub fn simulate(input: &SimulationInput) -> Result<SimulationReport, SimulationError> {
+    if !(1..=1000).contains(&input.workers) {
+        return Err(SimulationError::Workers);
+    }
+    if input.queue > 100_000 {
+        return Err(SimulationError::Queue);
+    }
+    input.upstream.validate().map_err(SimulationError::Upstream)?;
+    let (worker_limit, shared) = match input.mode {
+        WorkerMode::LocalLimits(l) => (l, false),
+        WorkerMode::SharedLimiter(l) => (l, true),
+    };
+    worker_limit.validate().map_err(SimulationError::WorkerLimit)?;
+
+    let start = Timestamp::EPOCH + input.initial_pause;
+    let forever = Duration::from_secs(u64::from(u32::MAX));
+    let mut states = vec![BucketState::default(); if shared { 1 } else { input.workers as usize }];
+    let mut next_worker = 0u32;
+    let mut permits = Vec::with_capacity(input.queue as usize);
+    for request in 0..input.queue {
+        let (worker, wait) = if shared {
+            // Workers take turns; the shared limiter alone decides the time.
+            let w = next_worker;
+            next_worker = (next_worker + 1) % input.workers;
+            (w, granted(decide(&mut states[0], start, &worker_limit, 1, forever)))
+        } else {
+            let mut best: Option<(u32, Duration)> = None;
+            for (w, state) in states.iter().enumerate() {
+                let wait = granted(decide(&mut state.clone(), start, &worker_limit, 1, forever));
+                if best.is_none_or(|(_, b)| wait < b) {
+                    best = Some((w as u32, wait));
+                }
+            }
+            let (w, _) = best.unwrap_or((0, Duration::ZERO));
+            (w, granted(decide(&mut states[w as usize], start, &worker_limit, 1, forever)))
+        };
+        let at = input.initial_pause + wait;
+        permits.push(SimulatedPermit { request, worker, at, over_limit: false });
+    }
+
+    // Replay against the upstream in time order (stable: queue order on ties).
+    let mut order: Vec<usize> = (0..permits.len()).collect();
+    order.sort_by_key(|&i| permits[i].at);
+    let mut upstream = BucketState::default();
+    let mut over_limit = 0;
+    for i in order {
+        let at = Timestamp::EPOCH + permits[i].at;
+        if let Decision::Refused { .. } = decide(&mut upstream, at, &input.upstream, 1, Duration::ZERO) {
+            permits[i].over_limit = true;
+            over_limit += 1;
+        }
+    }
+    let drain_time = permits.iter().map(|p| p.at).max().unwrap_or(input.initial_pause);
+    Ok(SimulationReport { permits, over_limit, drain_time })
+}
+
+fn granted(d: Decision) -> Duration {
+    match d {
+        Decision::Granted { wait } => wait,
+        // Unreachable with an unbounded ceiling; a refusal would mean "never".
+        Decision::Refused { retry_after } => retry_after,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEN: Duration = Duration::from_secs(10);
+
+    fn at_secs(report: &SimulationReport) -> Vec<u64> {
+        report.permits.iter().map(|p| p.at.as_secs()).collect()
+    }
+
+    #[test]
+    fn four_workers_with_local_limits_send_twelve_into_one_window_of_three() {
+        let input = SimulationInput {
+            upstream: Limit::fixed_window(3, TEN),
+            workers: 4,
+            mode: WorkerMode::LocalLimits(Limit::fixed_window(3, TEN)),
+            queue: 12,
+            initial_pause: Duration::ZERO,
+        };
+        let report = simulate(&input).expect("valid input");
+        assert_eq!(at_secs(&report), vec![0; 12]);
+        assert_eq!(report.over_limit, 9);
+        assert_eq!(report.drain_time, Duration::ZERO);
+        let per_worker: Vec<usize> = (0..4).map(|w| report.permits.iter().filter(|p| p.worker == w).count()).collect();
+        assert_eq!(per_worker, vec![3, 3, 3, 3]);
+    }
+
+    #[test]
+    fn the_shared_limiter_spreads_the_queue_over_windows_from_second_zero() {
+        let input = SimulationInput {
+            upstream: Limit::fixed_window(3, TEN),
+            workers: 4,
+            mode: WorkerMode::SharedLimiter(Limit::fixed_window(3, TEN)),
+            queue: 12,
+            initial_pause: Duration::from_secs(4),
+        };
+        let report = simulate(&input).expect("valid input");
+        // The pause ends at 4 s, inside the first window, which still has 3 slots.
+        assert_eq!(at_secs(&report), vec![4, 4, 4, 10, 10, 10, 20, 20, 20, 30, 30, 30]);
+        assert_eq!(report.over_limit, 0);
+        assert_eq!(report.drain_time, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn the_token_bucket_is_modelled_too() {
+        let upstream = Limit::token_bucket(1, Duration::from_secs(1), 3);
+        let input = SimulationInput {
+            upstream,
+            workers: 2,
+            mode: WorkerMode::LocalLimits(upstream),
+            queue: 6,
+            initial_pause: Duration::ZERO,
+        };
+        let report = simulate(&input).expect("valid input");
+        assert_eq!(at_secs(&report), vec![0, 0, 0, 0, 0, 0]);
+        assert_eq!(report.over_limit, 3);
+        let shared = simulate(&SimulationInput { mode: WorkerMode::SharedLimiter(upstream), ..input }).expect("valid");
+        assert_eq!(at_secs(&shared), vec![0, 0, 0, 1, 2, 3]);
+        assert_eq!(shared.over_limit, 0);
+    }
+
+    #[test]
+    fn bad_input_gets_a_clear_error() {
+        let input = SimulationInput {
+            upstream: Limit::fixed_window(0, TEN),
+            workers: 4,
+            mode: WorkerMode::SharedLimiter(Limit::fixed_window(3, TEN)),
+            queue: 12,
+            initial_pause: Duration::ZERO,
+        };
+        assert_eq!(simulate(&input), Err(SimulationError::Upstream(RuleError::Tokens)));
+        assert_eq!(simulate(&SimulationInput { workers: 0, ..input }), Err(SimulationError::Workers));
+    }
+}

@@ -1,0 +1,198 @@
+//! Redis-only behaviour: Cluster, outages and recovery, script reloads,
+//! stats shared between instances, and listing many buckets.
+
+mod quota_redis_ops {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use futures::StreamExt;
+    use sluice_engine::clock::{ManualClock, SharedClock};
+    use sluice_engine::quota::{
+        FallbackStore, Limit, Limiter, LimiterConfig, Outcome, QuotaRequest, QuotaStore, RedisSettings, RedisStore,
+        RefusalReason, Rule, RuleRegistry, StoreHealth, StorePolicy,
+    };
+
+    use crate::support::{test_redis_url, unique_prefix, Backend, OwnRedis};
+
+    const MIN: Duration = Duration::from_secs(60);
+
+    fn req() -> QuotaRequest {
+        QuotaRequest::new("pricing", "PUT", "/prices").account("acct42")
+    }
+
+    fn rules(limit: Limit) -> RuleRegistry {
+        RuleRegistry::new([Rule::new("pricing", None, None, limit).with_id("r")])
+    }
+
+    async fn redis_store(url: &str, prefix: &str) -> RedisStore {
+        RedisStore::connect(&RedisSettings::single(url, prefix)).await.expect("connect")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_contract_suite_holds_on_a_three_node_redis_cluster() {
+        let nodes: Vec<OwnRedis> = (0..3)
+            .map(|_| OwnRedis::start(&["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]))
+            .collect();
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let status = std::process::Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("redis-cli --cluster create");
+        assert!(status.success());
+        // Poll (with a deadline) until every node reports the cluster ready.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for n in &nodes {
+            let client = redis::Client::open(n.url()).expect("url");
+            loop {
+                let mut c = client.get_connection().expect("node connection");
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).expect("cluster info");
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "cluster did not become ready");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let urls = nodes.iter().map(OwnRedis::url).collect();
+        crate::contract::run_all(&Backend::Redis { urls, cluster: true }).await;
+        drop(nodes);
+    }
+
+    async fn outage_limiter(redis: &OwnRedis, policy: StorePolicy, limit: Limit) -> Limiter {
+        let clock: SharedClock = Arc::new(ManualClock::at_test_epoch());
+        let mut settings = RedisSettings::single(&redis.url(), &unique_prefix());
+        settings.timeout = Duration::from_millis(250);
+        let shared = Arc::new(RedisStore::connect(&settings).await.expect("connect"));
+        let store = FallbackStore::new(shared, policy, clock.clone(), Duration::ZERO);
+        Limiter::new(Arc::new(store), rules(limit), clock, LimiterConfig::default())
+    }
+
+    /// Poll (with a deadline) until a decision comes from Redis again.
+    async fn until_recovered(lim: &Limiter) -> Outcome {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let outcome = lim.reserve(&req()).await.expect("reserve");
+            if lim.health() == StoreHealth::Healthy {
+                return outcome;
+            }
+            assert!(Instant::now() < deadline, "limiter did not recover");
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fail_closed_refuses_while_redis_is_down_and_recovers_by_itself() {
+        let mut redis = OwnRedis::start(&[]);
+        let lim = outage_limiter(&redis, StorePolicy::FailClosed, Limit::token_bucket(40, MIN, 40)).await;
+        assert!(lim.reserve(&req()).await.expect("reserve").permit().is_some());
+        redis.stop();
+        let started = Instant::now();
+        let outcome = lim.reserve(&req()).await.expect("reserve");
+        assert!(started.elapsed() < Duration::from_secs(1), "outage detected in {:?}", started.elapsed());
+        assert_eq!(outcome.refusal().map(|r| r.reason), Some(RefusalReason::StoreUnavailable));
+        assert_eq!(lim.health(), StoreHealth::Unavailable);
+        for _ in 0..5 {
+            let o = lim.reserve(&req()).await.expect("reserve");
+            assert_eq!(o.refusal().map(|r| r.reason), Some(RefusalReason::StoreUnavailable));
+        }
+        redis.restart();
+        let outcome = until_recovered(&lim).await;
+        assert!(outcome.permit().is_some(), "{outcome:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn local_fallback_stays_within_its_share_and_recovers_by_itself() {
+        let mut redis = OwnRedis::start(&[]);
+        let policy = StorePolicy::LocalFallback { expected_instances: 4 };
+        let lim = outage_limiter(&redis, policy, Limit::token_bucket(40, MIN, 40)).await;
+        assert!(lim.reserve(&req()).await.expect("reserve").permit().is_some());
+        redis.stop();
+        // Local share: 10 per minute, burst 10; ceiling 65 s.
+        let mut immediate = 0;
+        let mut booked = 0;
+        for _ in 0..100 {
+            match lim.reserve(&req()).await.expect("reserve") {
+                Outcome::Granted(p) if p.wait.is_zero() => immediate += 1,
+                Outcome::Granted(_) => booked += 1,
+                Outcome::Refused(r) => assert_eq!(r.reason, RefusalReason::WaitCeilingExceeded),
+            }
+        }
+        assert_eq!(lim.health(), StoreHealth::Degraded);
+        assert_eq!(immediate, 10, "the burst share is 40 / 4");
+        assert_eq!(booked, 10, "10 more within the 65 s ceiling at 6 s each");
+        redis.restart();
+        until_recovered(&lim).await;
+        // The restarted Redis holds a full bucket again: 40, not the local 10.
+        let mut fresh = 1;
+        while lim.reserve(&req()).await.expect("reserve").permit().is_some_and(|p| p.wait.is_zero()) {
+            fresh += 1;
+        }
+        assert_eq!(fresh, 40);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn scripts_are_reloaded_after_script_flush() {
+        let redis = OwnRedis::start(&[]);
+        let lim = outage_limiter(&redis, StorePolicy::FailClosed, Limit::token_bucket(40, MIN, 40)).await;
+        assert!(lim.reserve(&req()).await.expect("reserve").permit().is_some());
+        let mut c = redis::Client::open(redis.url()).expect("url").get_connection().expect("conn");
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut c).expect("flush");
+        assert!(lim.reserve(&req()).await.expect("reserve").permit().is_some());
+        assert_eq!(lim.health(), StoreHealth::Healthy);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stats_and_buckets_are_visible_from_any_instance() {
+        let prefix = unique_prefix();
+        let clock: SharedClock = Arc::new(ManualClock::at_test_epoch());
+        let limit = Limit::token_bucket(1, MIN, 1);
+        let one = Limiter::new(
+            Arc::new(redis_store(&test_redis_url(), &prefix).await),
+            rules(limit),
+            clock.clone(),
+            LimiterConfig::default(),
+        );
+        let two = Limiter::new(
+            Arc::new(redis_store(&test_redis_url(), &prefix).await),
+            rules(limit),
+            clock,
+            LimiterConfig::default(),
+        );
+        one.reserve(&req()).await.expect("reserve");
+        two.reserve(&req()).await.expect("reserve");
+        two.penalize(&req(), None).await.expect("penalize");
+        for _ in 0..3 {
+            one.reserve(&req()).await.expect("reserve");
+        }
+        let key = two.list_buckets().await.expect("list").pop().expect("a bucket");
+        let stats = two.stats(&key).await.expect("stats");
+        assert_eq!(stats.grants, 3, "waits 0 s, 60 s, 120 s; 180 s is beyond the 125 s ceiling");
+        assert_eq!(stats.refusals(RefusalReason::WaitCeilingExceeded), 2);
+        assert_eq!(stats.penalties, 1);
+        assert_eq!(one.stats(&key).await.expect("stats"), stats);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ten_thousand_buckets_are_listed() {
+        let prefix = unique_prefix();
+        let store: Arc<dyn QuotaStore> = Arc::new(redis_store(&test_redis_url(), &prefix).await);
+        let clock: SharedClock = Arc::new(ManualClock::at_test_epoch());
+        let lim = Limiter::new(store, rules(Limit::token_bucket(10, MIN, 10)), clock, LimiterConfig::default());
+        futures::stream::iter(0..10_000)
+            .map(|i| {
+                let lim = lim.clone();
+                async move { lim.reserve(&req().account(format!("acct{i}"))).await.expect("reserve") }
+            })
+            .buffer_unordered(64)
+            .collect::<Vec<_>>()
+            .await;
+        let started = Instant::now();
+        let buckets = lim.list_buckets().await.expect("list");
+        println!("listed {} buckets in {:?}", buckets.len(), started.elapsed());
+        assert_eq!(buckets.len(), 10_000);
+    }
+}

@@ -10,3 +10,4 @@
 
 pub mod clock;
 pub mod db;
+pub mod delivery;

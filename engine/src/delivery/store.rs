@@ -200,9 +200,30 @@ impl DeliveryStore {
 
     /// Put a claimed delivery back without an attempt: the breaker is open.
     /// Spends nothing. Returns false if the lease was lost meanwhile.
+    ///
+    /// If the breaker closed since the caller looked, the delivery is due at
+    /// once: otherwise a deferral racing the close (and its queue drain)
+    /// would sit out a needless pause. On PostgreSQL a drain that runs
+    /// concurrently waits for this row and re-checks it, so one of the two
+    /// always makes it due.
     pub async fn defer(&self, id: &DeliveryId, owner: &str, until: Timestamp, now: Timestamp) -> Result<bool, StoreError> {
+        let mut tx = self.db.pool().begin().await?;
+        if self.db.backend() == Backend::Postgres {
+            // Hold the breaker row still while deferring: a close either
+            // committed before (the UPDATE below sees it) or waits for us (and
+            // its drain then sees this row deferred). SQLite runs one writer
+            // at a time, so there the single statement suffices.
+            sqlx::query(
+                "SELECT state FROM merchant_breakers WHERE merchant_id = (SELECT merchant_id FROM deliveries WHERE id = $1) FOR SHARE",
+            )
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+        }
         let done = sqlx::query(
-            "UPDATE deliveries SET status = 'PENDING', next_attempt_at = $3, lease_owner = NULL, lease_until = NULL, \
+            "UPDATE deliveries SET status = 'PENDING', lease_owner = NULL, lease_until = NULL, \
+             next_attempt_at = CASE WHEN EXISTS (SELECT 1 FROM merchant_breakers b \
+               WHERE b.merchant_id = deliveries.merchant_id AND b.state = 'closed') THEN $4 ELSE $3 END, \
              deferred = TRUE, deferrals = deferrals + 1, last_deferred_at = $4, updated_at = $4 \
              WHERE id = $1 AND status = 'DELIVERING' AND lease_owner = $2",
         )
@@ -210,8 +231,9 @@ impl DeliveryStore {
         .bind(owner)
         .bind(until.as_millis())
         .bind(now.as_millis())
-        .execute(self.db.pool())
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 

@@ -81,8 +81,10 @@ async fn the_breaker_opens_defers_without_spending_attempts_probes_doubles_and_c
     h.step().await;
     let b = breaker(&h).await;
     assert_eq!((b.status, b.failed_probes, b.counters_since), (BreakerStatus::Closed, 0, probe_at));
+    // The rest drains at the same instant (some may already have been sent
+    // in the closing step, once they saw the breaker closed).
     let r = h.step().await;
-    assert_eq!(r.delivered, 4, "the rest drains at once: {r:?}");
+    assert_eq!(r.deferred, 0, "{r:?}");
     for id in &ids {
         assert_eq!(h.delivery(id).await.status, DeliveryStatus::Delivered);
     }

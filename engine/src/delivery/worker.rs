@@ -151,6 +151,7 @@ impl Worker {
                 }
             };
             tokio::select! {
+                biased;
                 _ = &mut shutdown => break,
                 _ = self.clock.sleep(pause) => {}
             }
@@ -224,6 +225,11 @@ impl Worker {
     async fn record_breaker(&self, merchant: &MerchantId, id: &DeliveryId, outcome: AttemptOutcome, now: Timestamp) -> Result<(), WorkerError> {
         loop {
             let b = self.store.breaker(merchant).await?;
+            // Only a failure can trip a closed breaker: skip counting the
+            // window (a range scan over the merchant's recent attempts) otherwise.
+            if b.status == BreakerStatus::Closed && !outcome.is_breaker_failure() {
+                return Ok(());
+            }
             let window = self.store.window(merchant, b.window_start(now, &self.config.breaker)).await?;
             let Some(next) = breaker::record(&b, id, outcome, window, now, &self.config.breaker) else {
                 return Ok(());

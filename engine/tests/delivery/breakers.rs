@@ -13,6 +13,7 @@ contract!(
     the_breaker_opens_defers_without_spending_attempts_probes_doubles_and_closes,
     client_errors_and_rate_limits_never_open_the_breaker,
     a_manual_reset_closes_the_breaker_and_drains_the_queue,
+    the_worked_timeline_in_docs_delivery_md_holds,
 );
 
 fn breaker_config() -> WorkerConfig {
@@ -116,4 +117,37 @@ async fn a_manual_reset_closes_the_breaker_and_drains_the_queue(db: sluice_engin
     for id in &ids {
         assert_eq!(h.delivery(id).await.fast_attempts, 1);
     }
+}
+
+/// docs/delivery.md, "Worked timeline": a money event, the endpoint answers
+/// 503 for the first hour, then 400 until 14:00, then 200. Start = 10:00.
+async fn the_worked_timeline_in_docs_delivery_md_holds(db: sluice_engine::db::testing::TestDb) {
+    let h = Harness::with(db, Reply::Status(503), breaker_config(), SigningScheme::Sluice).await;
+    let start = h.clock.now_ts();
+    let id = h.event("payment.status_changed", "paid").await;
+    for _ in 0..500 {
+        let d = h.delivery(&id).await;
+        if d.status == DeliveryStatus::Delivered || d.status == DeliveryStatus::Failed {
+            break;
+        }
+        h.clock.set(d.next_attempt_at);
+        let elapsed = h.clock.now_ts().saturating_duration_since(start).as_secs();
+        h.receiver.set(Reply::Status(match elapsed {
+            0..3600 => 503,
+            3600..14400 => 400,
+            _ => 200,
+        }));
+        h.step().await;
+    }
+    let detail = h.detail(&id).await;
+    let times: Vec<u64> = detail.attempts.iter().map(|a| a.at.saturating_duration_since(start).as_secs()).collect();
+    // 10:00:00, :01, :03, :07, :15, 10:05:15, 10:15:15, 10:35:15, 11:05:15, 11:20:15, 12:20:15, 16:20:15
+    assert_eq!(times, [0, 1, 3, 7, 15, 315, 915, 2115, 3915, 4815, 8415, 22815]);
+    let probes: Vec<bool> = detail.attempts.iter().map(|a| a.probe).collect();
+    assert_eq!(probes.iter().filter(|p| **p).count(), 4, "attempts 6 to 9 were probes: {probes:?}");
+    let d = detail.delivery;
+    assert_eq!((d.status, d.fast_attempts, d.slow_steps), (DeliveryStatus::Delivered, 8, 3));
+    assert_eq!(d.slow_started_at, Some(start + Duration::from_secs(3915)));
+    assert!(d.deferrals >= 10, "breaker deferrals are counted: {}", d.deferrals);
+    assert_eq!(breaker(&h).await.status, BreakerStatus::Closed);
 }

@@ -17,6 +17,7 @@ contract!(
     the_delivery_list_filters_and_pages_by_keyset_without_gaps_or_repeats,
     during_a_secret_rotation_both_signatures_are_sent,
     the_ssrf_guard_refuses_loopback_without_the_allow_list,
+    the_run_loop_delivers_and_stops_when_told,
 );
 
 async fn the_same_idempotency_key_twice_stores_one_event_and_one_delivery(db: sluice_engine::db::testing::TestDb) {
@@ -169,4 +170,18 @@ async fn the_ssrf_guard_refuses_loopback_without_the_allow_list(db: sluice_engin
         ops::update_merchant_url(&h.store, &h.merchant.id, "http://169.254.169.254/", &strict.ssrf, h.clock.now_ts()).await,
         Err(OpsError::Url(_))
     ));
+}
+
+async fn the_run_loop_delivers_and_stops_when_told(db: sluice_engine::db::testing::TestDb) {
+    let h = Harness::new(db, Reply::Status(200)).await;
+    let id = h.event("payment.status_changed", "paid").await;
+    let mut arrivals = h.receiver.arrivals();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let worker = h.worker.clone();
+    let running = tokio::spawn(async move { worker.run(async { let _ = stopped.await; }).await });
+    assert_eq!(arrivals.recv().await.as_deref(), Some(id.as_str()));
+    // The step in hand is finished before the loop stops.
+    stop.send(()).expect("loop still running");
+    running.await.expect("loop ends");
+    assert_eq!(h.delivery(&id).await.status, DeliveryStatus::Delivered);
 }

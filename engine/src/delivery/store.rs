@@ -29,6 +29,8 @@ pub enum StoreError {
     UnknownDelivery(DeliveryId),
     #[error("the event cannot be stored as JSON")]
     Payload(#[from] serde_json::Error),
+    #[error(transparent)]
+    Invalid(#[from] ModelError),
 }
 
 /// A claimed delivery with everything needed to send it.
@@ -98,6 +100,7 @@ impl DeliveryStore {
     /// when `(merchant_id, idempotency_key)` was seen before, return what
     /// the first call stored.
     pub async fn accept_event(&self, e: &EventIn, now: Timestamp) -> Result<Accepted, StoreError> {
+        e.validate()?;
         let status = event_status(e.status.as_deref(), &e.payload).map(str::to_owned);
         let money = is_money_event(&e.event_type, status.as_deref());
         let payload = serde_json::to_string(&e.payload)?;
@@ -157,28 +160,31 @@ impl DeliveryStore {
     }
 
     /// Claim up to `limit` due deliveries for `owner` until `now + lease`:
-    /// PENDING ones whose time has come, and DELIVERING ones whose lease ran
-    /// out (their worker died mid-send).
+    /// first DELIVERING ones whose lease ran out (their worker died
+    /// mid-send), then PENDING ones whose time has come, longest-due first.
+    /// Two statements rather than one with `OR`, so each walks its own
+    /// partial index in order and stops at `limit` — no sort of a backlog.
     pub async fn claim(&self, owner: &str, now: Timestamp, lease: Duration, limit: u32) -> Result<Vec<DeliveryId>, StoreError> {
         let lock = match self.db.backend() {
             Backend::Postgres => " FOR UPDATE SKIP LOCKED",
             Backend::Sqlite => "",
         };
-        let sql = format!(
-            "UPDATE deliveries SET status = 'DELIVERING', lease_owner = $1, lease_until = $2, updated_at = $3 \
-             WHERE id IN (SELECT id FROM deliveries \
-               WHERE (status = 'PENDING' AND next_attempt_at <= $3) OR (status = 'DELIVERING' AND lease_until <= $3) \
-               ORDER BY next_attempt_at LIMIT $4{lock}) \
-             RETURNING id"
-        );
-        let rows = sqlx::query(&sql)
-            .bind(owner)
-            .bind((now + lease).as_millis())
-            .bind(now.as_millis())
-            .bind(i64::from(limit))
-            .fetch_all(self.db.pool())
-            .await?;
-        Ok(rows.iter().map(|r| r.try_get::<String, _>("id").map(DeliveryId::from_db)).collect::<Result<_, _>>()?)
+        let mut out = Vec::new();
+        for (due, order) in [("status = 'DELIVERING' AND lease_until <= $3", "lease_until"), ("status = 'PENDING' AND next_attempt_at <= $3", "next_attempt_at")] {
+            let left = i64::from(limit) - out.len() as i64;
+            if left <= 0 {
+                break;
+            }
+            let sql = format!(
+                "UPDATE deliveries SET status = 'DELIVERING', lease_owner = $1, lease_until = $2, updated_at = $3 \
+                 WHERE id IN (SELECT id FROM deliveries WHERE {due} ORDER BY {order} LIMIT $4{lock}) RETURNING id"
+            );
+            let rows = sqlx::query(&sql).bind(owner).bind((now + lease).as_millis()).bind(now.as_millis()).bind(left).fetch_all(self.db.pool()).await?;
+            for r in &rows {
+                out.push(DeliveryId::from_db(r.try_get::<String, _>("id")?));
+            }
+        }
+        Ok(out)
     }
 
     /// A claimed delivery with its merchant and payload.

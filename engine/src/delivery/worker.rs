@@ -186,7 +186,7 @@ impl Worker {
                 delivery_id: id.clone(),
                 merchant_id: d.merchant_id.clone(),
                 at: now,
-                ladder: if outcome == AttemptOutcome::ClientError && d.is_money { Ladder::Slow } else { d.ladder },
+                ladder: d.ladder,
                 outcome,
                 status_code,
                 latency_ms,

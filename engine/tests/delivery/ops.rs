@@ -36,6 +36,8 @@ async fn the_same_idempotency_key_twice_stores_one_event_and_one_delivery(db: sl
     let page = h.store.list_deliveries(&DeliveryFilter::default(), None, 10).await.expect("list");
     assert_eq!(page.items.len(), 1);
     assert!(page.items[0].is_money);
+    let blank = EventIn { idempotency_key: String::new(), ..e.clone() };
+    assert!(matches!(h.store.accept_event(&blank, h.clock.now_ts()).await, Err(StoreError::Invalid(_))));
     let unknown = EventIn { merchant_id: MerchantId::generate(), ..e };
     assert!(matches!(h.store.accept_event(&unknown, h.clock.now_ts()).await, Err(StoreError::UnknownMerchant(_))));
 }
@@ -56,7 +58,9 @@ async fn a_redelivered_failed_delivery_keeps_its_id_and_starts_the_ladders_again
     assert_eq!(got.len(), 2);
     assert!(got.iter().all(|r| r.id == id.as_str()), "same X-Webhook-Id on redelivery");
     let counts = h.store.status_counts().await.expect("counts");
-    assert_eq!((counts.delivered, counts.failed), (1, 0));
+    assert_eq!((counts.pending, counts.delivering, counts.failed), (0, 0, 0));
+    let delivered = DeliveryFilter { status: Some(DeliveryStatus::Delivered), ..DeliveryFilter::default() };
+    assert_eq!(h.store.count_deliveries(&delivered).await.expect("count"), 1);
 }
 
 async fn retry_now_and_bulk_retry_change_each_matching_row_once(db: sluice_engine::db::testing::TestDb) {

@@ -61,17 +61,28 @@ fn status_code(row: &AnyRow, col: &str) -> Result<Option<u16>, sqlx::Error> {
 }
 
 pub(crate) fn merchant(row: &AnyRow) -> Result<Merchant, sqlx::Error> {
+    merchant_prefixed(row, "")
+}
+
+/// A merchant whose columns were selected as `{prefix}{column}` (see [`aliased`]).
+pub(crate) fn merchant_prefixed(row: &AnyRow, p: &str) -> Result<Merchant, sqlx::Error> {
+    let c = |name: &str| format!("{p}{name}");
     Ok(Merchant {
-        id: MerchantId::from_db(row.try_get("id")?),
-        name: row.try_get("name")?,
-        url: row.try_get("url")?,
-        scheme: parsed(row, "scheme")?,
-        secret: row.try_get("secret")?,
-        previous_secret: row.try_get("previous_secret")?,
-        previous_secret_expires_at: ts_opt(row, "previous_secret_expires_at")?,
-        created_at: ts(row, "created_at")?,
-        updated_at: ts(row, "updated_at")?,
+        id: MerchantId::from_db(row.try_get(c("id").as_str())?),
+        name: row.try_get(c("name").as_str())?,
+        url: row.try_get(c("url").as_str())?,
+        scheme: parsed(row, &c("scheme"))?,
+        secret: row.try_get(c("secret").as_str())?,
+        previous_secret: row.try_get(c("previous_secret").as_str())?,
+        previous_secret_expires_at: ts_opt(row, &c("previous_secret_expires_at"))?,
+        created_at: ts(row, &c("created_at"))?,
+        updated_at: ts(row, &c("updated_at"))?,
     })
+}
+
+/// `a.col AS {prefix}col, …` for every column of `cols`, for joins.
+pub(crate) fn aliased(cols: &str, table: &str, prefix: &str) -> String {
+    cols.split(',').map(str::trim).map(|c| format!("{table}.{c} AS {prefix}{c}")).collect::<Vec<_>>().join(", ")
 }
 
 pub(crate) fn delivery(row: &AnyRow) -> Result<Delivery, sqlx::Error> {
@@ -119,18 +130,24 @@ pub(crate) fn attempt(row: &AnyRow) -> Result<Attempt, sqlx::Error> {
 }
 
 pub(crate) fn breaker(row: &AnyRow) -> Result<Breaker, sqlx::Error> {
+    breaker_prefixed(row, "")
+}
+
+/// A breaker whose columns were selected as `{prefix}{column}`.
+pub(crate) fn breaker_prefixed(row: &AnyRow, p: &str) -> Result<Breaker, sqlx::Error> {
+    let c = |name: &str| format!("{p}{name}");
     Ok(Breaker {
-        merchant_id: MerchantId::from_db(row.try_get("merchant_id")?),
-        status: parsed(row, "state")?,
-        version: row.try_get("version")?,
-        pause: Duration::from_millis(u64::try_from(row.try_get::<i64, _>("pause_ms")?).unwrap_or(0)),
-        failed_probes: count(row, "failed_probes")?,
-        opened_at: ts_opt(row, "opened_at")?,
-        next_probe_at: ts_opt(row, "next_probe_at")?,
-        probe_delivery_id: row.try_get::<Option<String>, _>("probe_delivery_id")?.map(DeliveryId::from_db),
-        probe_started_at: ts_opt(row, "probe_started_at")?,
-        counters_since: ts(row, "counters_since")?,
-        updated_at: ts(row, "updated_at")?,
+        merchant_id: MerchantId::from_db(row.try_get(c("merchant_id").as_str())?),
+        status: parsed(row, &c("state"))?,
+        version: row.try_get(c("version").as_str())?,
+        pause: Duration::from_millis(u64::try_from(row.try_get::<i64, _>(c("pause_ms").as_str())?).unwrap_or(0)),
+        failed_probes: count(row, &c("failed_probes"))?,
+        opened_at: ts_opt(row, &c("opened_at"))?,
+        next_probe_at: ts_opt(row, &c("next_probe_at"))?,
+        probe_delivery_id: row.try_get::<Option<String>, _>(c("probe_delivery_id").as_str())?.map(DeliveryId::from_db),
+        probe_started_at: ts_opt(row, &c("probe_started_at"))?,
+        counters_since: ts(row, &c("counters_since"))?,
+        updated_at: ts(row, &c("updated_at"))?,
     })
 }
 

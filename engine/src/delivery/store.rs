@@ -187,12 +187,20 @@ impl DeliveryStore {
         Ok(out)
     }
 
-    /// A claimed delivery with its merchant and payload.
-    pub async fn job(&self, id: &DeliveryId) -> Result<Job, StoreError> {
-        let delivery = self.delivery(id).await?;
-        let merchant = self.merchant(&delivery.merchant_id).await?;
-        let row = sqlx::query("SELECT payload FROM events WHERE id = $1").bind(delivery.event_id.as_str()).fetch_one(self.db.pool()).await?;
-        Ok(Job { delivery, merchant, payload: row.try_get("payload")? })
+    /// A claimed delivery with its merchant, payload and the merchant's
+    /// breaker as it is now: one round trip.
+    pub async fn job(&self, id: &DeliveryId) -> Result<(Job, Breaker), StoreError> {
+        let sql = format!(
+            "SELECT {}, {}, {}, e.payload AS payload FROM deliveries d \
+             JOIN merchants m ON m.id = d.merchant_id JOIN events e ON e.id = d.event_id \
+             JOIN merchant_breakers b ON b.merchant_id = d.merchant_id WHERE d.id = $1",
+            row::aliased(DELIVERY_COLS, "d", ""),
+            row::aliased(MERCHANT_COLS, "m", "m_"),
+            row::aliased(BREAKER_COLS, "b", "b_"),
+        );
+        let r = sqlx::query(&sql).bind(id.as_str()).fetch_optional(self.db.pool()).await?.ok_or_else(|| StoreError::UnknownDelivery(id.clone()))?;
+        let job = Job { delivery: row::delivery(&r)?, merchant: row::merchant_prefixed(&r, "m_")?, payload: r.try_get("payload")? };
+        Ok((job, row::breaker_prefixed(&r, "b_")?))
     }
 
     pub async fn delivery(&self, id: &DeliveryId) -> Result<Delivery, StoreError> {

@@ -160,14 +160,14 @@ impl Worker {
 
     async fn process(&self, id: DeliveryId, now: Timestamp) -> Result<JobResult, WorkerError> {
         let owner = self.config.instance_id.as_str();
-        let job = self.store.job(&id).await?;
+        let (job, breaker) = self.store.job(&id).await?;
         let d = &job.delivery;
         let state = ladder_state(d);
         if let Some(reason) = ladder::ceiling_reached(&state, now, &self.config.ladder) {
             let ours = self.store.fail_unsent(&id, owner, reason, now).await?;
             return Ok(if ours { JobResult::Failed } else { JobResult::Lost });
         }
-        let probe = match self.admit(&job, now).await? {
+        let probe = match self.admit(&job, breaker, now).await? {
             Ok(probe) => probe,
             Err(until) => {
                 // Deferral spends nothing, but never carries a delivery past a ceiling.
@@ -197,7 +197,10 @@ impl Worker {
             decision,
         };
         let ours = self.store.finish_attempt(&rec, owner, now).await?;
-        self.record_breaker(&d.merchant_id, &id, outcome, now).await?;
+        // Only a probe's result or a failure can move the breaker.
+        if probe || outcome.is_breaker_failure() {
+            self.record_breaker(&d.merchant_id, &id, outcome, now).await?;
+        }
         Ok(match (ours, decision) {
             (false, _) => JobResult::Lost,
             (true, ladder::Decision::Delivered) => JobResult::Delivered,
@@ -207,9 +210,9 @@ impl Worker {
     }
 
     /// `Ok(is_probe)` when the delivery may be sent, `Err(until)` to defer it.
-    async fn admit(&self, job: &Job, now: Timestamp) -> Result<Result<bool, Timestamp>, WorkerError> {
+    /// `b` is the breaker as read with the job; re-read only after a lost CAS.
+    async fn admit(&self, job: &Job, mut b: breaker::Breaker, now: Timestamp) -> Result<Result<bool, Timestamp>, WorkerError> {
         loop {
-            let b = self.store.breaker(&job.merchant.id).await?;
             match breaker::admit(&b, &job.delivery.id, now, &self.config.breaker) {
                 Admission::Send => return Ok(Ok(false)),
                 Admission::Defer { until } => return Ok(Err(until)),
@@ -217,6 +220,7 @@ impl Worker {
                     if self.store.cas_breaker(&next).await? {
                         return Ok(Ok(true));
                     }
+                    b = self.store.breaker(&job.merchant.id).await?;
                 }
             }
         }
@@ -225,11 +229,6 @@ impl Worker {
     async fn record_breaker(&self, merchant: &MerchantId, id: &DeliveryId, outcome: AttemptOutcome, now: Timestamp) -> Result<(), WorkerError> {
         loop {
             let b = self.store.breaker(merchant).await?;
-            // Only a failure can trip a closed breaker: skip counting the
-            // window (a range scan over the merchant's recent attempts) otherwise.
-            if b.status == BreakerStatus::Closed && !outcome.is_breaker_failure() {
-                return Ok(());
-            }
             let window = self.store.window(merchant, b.window_start(now, &self.config.breaker)).await?;
             let Some(next) = breaker::record(&b, id, outcome, window, now, &self.config.breaker) else {
                 return Ok(());

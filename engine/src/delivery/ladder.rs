@@ -297,6 +297,47 @@ mod tests {
         assert_eq!(ceiling_reached(&state, day30 + secs(1), &cfg), Some(FailedReason::AgeCeiling));
     }
 
+    fn any_outcome() -> impl proptest::strategy::Strategy<Value = AttemptOutcome> {
+        proptest::sample::select(AttemptOutcome::ALL.to_vec())
+    }
+
+    proptest::proptest! {
+        /// Whatever the answers, a delivery ends within its budgets and never
+        /// schedules an attempt past a ceiling or in the past.
+        #[test]
+        fn any_sequence_of_answers_stays_within_budgets_and_ceilings(
+            money in proptest::bool::ANY,
+            outcomes in proptest::collection::vec(any_outcome(), 1..40),
+            gaps in proptest::collection::vec(0_u64..200_000, 40),
+        ) {
+            let cfg = LadderConfig::default();
+            let mut state = LadderState::new(money, T0);
+            let mut now = T0;
+            for (outcome, gap) in outcomes.into_iter().zip(gaps) {
+                // Breaker deferrals may delay an attempt past its time.
+                now = now + secs(gap);
+                match decide(&state, outcome, now, &cfg) {
+                    Decision::Delivered => {
+                        proptest::prop_assert_eq!(outcome, AttemptOutcome::Success);
+                        break;
+                    }
+                    Decision::Failed { state: s, .. } => {
+                        proptest::prop_assert!(s.fast_attempts <= cfg.fast_attempts && s.slow_steps <= 6);
+                        break;
+                    }
+                    Decision::Retry { at, state: s, .. } => {
+                        proptest::prop_assert!(at > now);
+                        proptest::prop_assert!(ceiling_reached(&s, at, &cfg).is_none());
+                        proptest::prop_assert!(s.fast_attempts < cfg.fast_attempts && s.slow_steps <= 5);
+                        proptest::prop_assert!(s.fast_attempts + s.slow_steps == state.fast_attempts + state.slow_steps + 1, "each attempt spends exactly one budget");
+                        state = s;
+                        now = at;
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_plan_lists_the_remaining_attempts_of_the_current_ladder() {
         let cfg = LadderConfig::default();

@@ -62,8 +62,30 @@ impl Default for WorkerConfig {
     }
 }
 
+impl WorkerConfig {
+    /// Settings that cannot work together are refused at startup.
+    pub fn validate(&self) -> Result<(), WorkerError> {
+        let bad = |why: &'static str| Err(WorkerError::Config(why));
+        if self.batch_size == 0 || self.concurrency == 0 {
+            return bad("batch_size and concurrency must be at least 1");
+        }
+        if self.request_timeout.is_zero() {
+            return bad("request_timeout must be positive");
+        }
+        if self.lease <= self.request_timeout * 2 {
+            return bad("lease must exceed twice the request timeout, or live deliveries would be claimed twice");
+        }
+        if self.ladder.fast_attempts == 0 {
+            return bad("the fast ladder needs at least one attempt");
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
+    #[error("invalid worker settings: {0}")]
+    Config(&'static str),
     #[error("building the HTTP client failed")]
     Client(#[source] reqwest::Error),
     #[error(transparent)]
@@ -101,6 +123,7 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(store: DeliveryStore, clock: SharedClock, config: WorkerConfig) -> Result<Worker, WorkerError> {
+        config.validate()?;
         let client = reqwest::Client::builder()
             .redirect(Policy::none())
             .timeout(config.request_timeout)

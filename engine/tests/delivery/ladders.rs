@@ -16,6 +16,7 @@ contract!(
     an_old_delivery_still_gets_the_whole_slow_ladder_but_nothing_after_thirty_days,
     a_2xx_delivers_and_the_request_is_signed,
     timeouts_and_dropped_connections_spend_fast_attempts,
+    the_slow_ladder_ceiling_fails_a_delivery_whose_next_step_would_pass_it,
 );
 
 async fn a_failing_endpoint_gets_ten_attempts_with_doubling_pauses_then_the_delivery_fails(db: sluice_engine::db::testing::TestDb) {
@@ -166,4 +167,18 @@ async fn timeouts_and_dropped_connections_spend_fast_attempts(db: sluice_engine:
     let detail = h.detail(&id).await;
     assert_eq!(detail.attempts[1].outcome, AttemptOutcome::Network);
     assert_eq!(detail.delivery.fast_attempts, 2);
+}
+
+async fn the_slow_ladder_ceiling_fails_a_delivery_whose_next_step_would_pass_it(db: sluice_engine::db::testing::TestDb) {
+    // The 48 h ceiling shrunk to 20 minutes: step 1 (15 min) fits, step 2 (1 h) does not.
+    let mut config = test_config("w1");
+    config.ladder.slow_ceiling = Duration::from_secs(20 * 60);
+    let h = Harness::with(db, Reply::Status(409), config, SigningScheme::Sluice).await;
+    let id = h.event("exchange.status_changed", "completed").await;
+    h.step().await;
+    assert_eq!(h.delivery(&id).await.slow_steps, 1);
+    h.jump_to_next(&id).await;
+    assert_eq!(h.step().await.failed, 1);
+    let d = h.delivery(&id).await;
+    assert_eq!((d.status, d.failed_reason, d.slow_steps), (DeliveryStatus::Failed, Some(FailedReason::SlowLadderCeiling), 2));
 }

@@ -106,11 +106,10 @@ impl DeliveryStore {
         let payload = serde_json::to_string(&e.payload)?;
         let event_id = EventId::generate();
         let delivery_id = DeliveryId::generate();
+        // Write first, read after: on SQLite a transaction that reads and
+        // then writes can fail outright (SQLITE_BUSY on upgrade) when another
+        // connection wrote in between; the foreign key checks the merchant.
         let mut tx = self.db.pool().begin().await?;
-        let known = sqlx::query("SELECT 1 FROM merchants WHERE id = $1").bind(e.merchant_id.as_str()).fetch_optional(&mut *tx).await?;
-        if known.is_none() {
-            return Err(StoreError::UnknownMerchant(e.merchant_id.clone()));
-        }
         let inserted = sqlx::query(
             "INSERT INTO events (id, merchant_id, event_type, status, is_money, payload, idempotency_key, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING id",
@@ -124,7 +123,11 @@ impl DeliveryStore {
         .bind(&e.idempotency_key)
         .bind(now.as_millis())
         .fetch_optional(&mut *tx)
-        .await?;
+        .await
+        .map_err(|err| match &err {
+            sqlx::Error::Database(db) if db.is_foreign_key_violation() => StoreError::UnknownMerchant(e.merchant_id.clone()),
+            _ => StoreError::Db(err),
+        })?;
         if inserted.is_none() {
             let row = sqlx::query("SELECT id FROM events WHERE merchant_id = $1 AND idempotency_key = $2")
                 .bind(e.merchant_id.as_str())

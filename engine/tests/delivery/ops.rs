@@ -18,6 +18,7 @@ contract!(
     during_a_secret_rotation_both_signatures_are_sent,
     the_ssrf_guard_refuses_loopback_without_the_allow_list,
     the_run_loop_delivers_and_stops_when_told,
+    concurrent_intake_keeps_every_event_once,
 );
 
 async fn the_same_idempotency_key_twice_stores_one_event_and_one_delivery(db: sluice_engine::db::testing::TestDb) {
@@ -188,4 +189,30 @@ async fn the_run_loop_delivers_and_stops_when_told(db: sluice_engine::db::testin
     stop.send(()).expect("loop still running");
     running.await.expect("loop ends");
     assert_eq!(h.delivery(&id).await.status, DeliveryStatus::Delivered);
+}
+
+async fn concurrent_intake_keeps_every_event_once(db: sluice_engine::db::testing::TestDb) {
+    let h = Harness::new(db, Reply::Status(200)).await;
+    let now = h.clock.now_ts();
+    // 8 producers, 20 events each, every event sent twice (a producer retry).
+    let tasks = (0..8).map(|p| {
+        let store = h.store.clone();
+        let merchant = h.merchant.id.clone();
+        tokio::spawn(async move {
+            for i in 0..40 {
+                let e = EventIn {
+                    merchant_id: merchant.clone(),
+                    event_type: "payment.status_changed".into(),
+                    status: Some("paid".into()),
+                    payload: serde_json::json!({"n": i / 2}),
+                    idempotency_key: format!("p{p}-e{}", i / 2),
+                };
+                store.accept_event(&e, now).await.expect("accepted");
+            }
+        })
+    });
+    for t in futures::future::join_all(tasks).await {
+        t.expect("producer");
+    }
+    assert_eq!(h.store.count_deliveries(&DeliveryFilter::default()).await.expect("count"), 160);
 }

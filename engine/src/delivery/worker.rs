@@ -220,6 +220,9 @@ impl Worker {
             decision,
         };
         let ours = self.store.finish_attempt(&rec, owner, now).await?;
+        if let ladder::Decision::Failed { reason, .. } = decision {
+            tracing::warn!(delivery = %id, merchant = %d.merchant_id, %reason, ?outcome, "delivery FAILED");
+        }
         // Only a probe's result or a failure can move the breaker.
         if probe || outcome.is_breaker_failure() {
             self.record_breaker(&d.merchant_id, &id, outcome, now).await?;
@@ -257,6 +260,7 @@ impl Worker {
                 return Ok(());
             };
             if self.store.cas_breaker(&next).await? {
+                tracing::info!(merchant = %merchant, from = %b.status, to = %next.status, pause_s = next.pause.as_secs(), "merchant breaker moved");
                 if next.status == BreakerStatus::Closed {
                     self.store.drain_deferred(merchant, now).await?;
                 }

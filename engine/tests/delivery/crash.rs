@@ -1,4 +1,4 @@
-//! Several instances on one PostgreSQL, and a worker process killed mid-send.
+//! Several workers on one outbox, and a worker process killed mid-send.
 
 use std::collections::HashSet;
 use std::process::{Command, Stdio};
@@ -11,13 +11,15 @@ use sluice_engine::db::{Db, PoolSettings};
 use sluice_engine::delivery::*;
 
 use crate::receiver::Reply;
-use crate::{test_config, Harness};
+use crate::{contract, test_config, Harness};
 
 const CHILD_DB_ENV: &str = "SLUICE_TEST_CHILD_DB_URL";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_workers_on_one_postgres_never_send_the_same_delivery_at_once() {
-    let h = Harness::new(TestDb::postgres().await, Reply::Status(200)).await;
+contract!(two_workers_on_one_database_never_send_the_same_delivery_at_once);
+
+/// PostgreSQL: two instances; SQLite (one node): two workers in one process.
+async fn two_workers_on_one_database_never_send_the_same_delivery_at_once(db: TestDb) {
+    let h = Harness::new(db, Reply::Status(200)).await;
     let mut ids = HashSet::new();
     for _ in 0..60 {
         ids.insert(h.event("payment.status_changed", "paid").await.to_string());

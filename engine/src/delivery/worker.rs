@@ -146,7 +146,7 @@ impl Worker {
         let ids = self.store.claim(&self.config.instance_id, now, self.config.lease, self.config.batch_size).await?;
         let mut report = StepReport { claimed: ids.len(), ..StepReport::default() };
         let results: Vec<Result<JobResult, WorkerError>> =
-            stream::iter(ids).map(|id| self.process(id, now)).buffer_unordered(self.config.concurrency.max(1)).collect().await;
+            stream::iter(ids).map(|id| self.process(id)).buffer_unordered(self.config.concurrency.max(1)).collect().await;
         for r in results {
             match r? {
                 JobResult::Delivered => report.delivered += 1,
@@ -181,8 +181,12 @@ impl Worker {
         }
     }
 
-    async fn process(&self, id: DeliveryId, now: Timestamp) -> Result<JobResult, WorkerError> {
+    /// One claimed delivery. Time is read at the edges: when it is picked up
+    /// (ceilings, breaker, signature timestamp, attempt time) and when the
+    /// answer is in (the next attempt counts its pause from there).
+    async fn process(&self, id: DeliveryId) -> Result<JobResult, WorkerError> {
         let owner = self.config.instance_id.as_str();
+        let now = self.clock.now();
         let (job, breaker) = self.store.job(&id).await?;
         let d = &job.delivery;
         let state = ladder_state(d);
@@ -202,7 +206,8 @@ impl Worker {
             }
         };
         let (outcome, status_code, error, body, latency_ms) = self.send(&job, now).await;
-        let decision = ladder::decide(&state, outcome, now, &self.config.ladder);
+        let done = self.clock.now();
+        let decision = ladder::decide(&state, outcome, done, &self.config.ladder);
         let rec = AttemptRecord {
             attempt: Attempt {
                 id: AttemptId::generate(),
@@ -219,13 +224,13 @@ impl Worker {
             },
             decision,
         };
-        let ours = self.store.finish_attempt(&rec, owner, now).await?;
+        let ours = self.store.finish_attempt(&rec, owner, done).await?;
         if let ladder::Decision::Failed { reason, .. } = decision {
             tracing::warn!(delivery = %id, merchant = %d.merchant_id, %reason, ?outcome, "delivery FAILED");
         }
         // Only a probe's result or a failure can move the breaker.
         if probe || outcome.is_breaker_failure() {
-            self.record_breaker(&d.merchant_id, &id, outcome, now).await?;
+            self.record_breaker(&d.merchant_id, &id, outcome, done).await?;
         }
         Ok(match (ours, decision) {
             (false, _) => JobResult::Lost,

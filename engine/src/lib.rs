@@ -14,3 +14,4 @@ pub mod quota;
 pub mod simulator;
 pub mod breaker;
 pub mod retry;
+pub mod delivery;

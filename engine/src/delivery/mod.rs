@@ -1,0 +1,41 @@
+//! Webhook delivery: a durable outbox of events, delivered to merchants with
+//! two retry ladders and a per-merchant circuit breaker (SPEC §5, seed 002;
+//! the long form with a worked timeline is `docs/delivery.md`).
+//!
+//! Layout:
+//! - pure decisions, no IO and no clock: [`money`] (which events move money),
+//!   [`ladder`] (what happens after an attempt), [`breaker`] (the merchant
+//!   breaker's transitions), [`signing`] (headers and the receiver's verify
+//!   helper), [`ssrf`] (which addresses a request may reach);
+//! - IO: [`store`] (the repository over `Db`, PostgreSQL or SQLite),
+//!   [`queries`] (reads for the UI and API), [`ops`] (support operations that
+//!   return before/after for the audit log), [`worker`] (claim, send, record).
+//!
+//! Life of a delivery: intake ([`store::DeliveryStore::accept_event`]) stores
+//! the event and one PENDING delivery in one transaction, idempotent by
+//! `(merchant_id, idempotency_key)`. A worker claims due rows (DELIVERING
+//! with a lease), asks the breaker, sends, writes the attempt and the
+//! ladder's decision (PENDING again with a new `next_attempt_at`, DELIVERED
+//! or FAILED) in one transaction. A worker that dies leaves its rows
+//! DELIVERING; once the lease runs out any worker claims them again and sends
+//! with the same `X-Webhook-Id`: delivery is at least once, never lost.
+//!
+//! Routing: an event names its one merchant (`EventIn::merchant_id`); the
+//! tables allow one delivery per (event, merchant) should fan-out to several
+//! merchants ever be needed.
+
+pub mod breaker;
+pub mod ladder;
+pub mod model;
+pub mod money;
+pub mod ops;
+pub mod queries;
+mod row;
+pub mod signing;
+pub mod ssrf;
+pub mod store;
+pub mod worker;
+
+pub use model::*;
+pub use store::{DeliveryStore, StoreError};
+pub use worker::{StepReport, Worker, WorkerConfig, WorkerError};

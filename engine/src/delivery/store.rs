@@ -1,0 +1,406 @@
+//! The delivery repository over [`Db`]: merchants, intake, the worker's claim
+//! and write-back, and the breaker's compare-and-set. Read queries for the UI
+//! are in `queries.rs`; operations in `ops.rs`.
+//!
+//! The same SQL runs on PostgreSQL and SQLite except for the claim, where
+//! PostgreSQL locks rows with `FOR UPDATE SKIP LOCKED` so several instances
+//! claim disjoint sets, and SQLite (one node) relies on one atomic
+//! `UPDATE … RETURNING`.
+
+use std::time::Duration;
+
+use sqlx::Row;
+
+use super::breaker::{Breaker, Window};
+use super::ladder::Decision;
+use super::model::*;
+use super::money::{event_status, is_money_event};
+use super::row::{self, ATTEMPT_COLS, BREAKER_COLS, DELIVERY_COLS, MERCHANT_COLS};
+use crate::clock::Timestamp;
+use crate::db::{Backend, Db};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error")]
+    Db(#[from] sqlx::Error),
+    #[error("merchant {0} does not exist")]
+    UnknownMerchant(MerchantId),
+    #[error("delivery {0} does not exist")]
+    UnknownDelivery(DeliveryId),
+    #[error("the event cannot be stored as JSON")]
+    Payload(#[from] serde_json::Error),
+    #[error(transparent)]
+    Invalid(#[from] ModelError),
+}
+
+/// A claimed delivery with everything needed to send it.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub delivery: Delivery,
+    pub merchant: Merchant,
+    pub payload: String,
+}
+
+/// The attempt to record and the state to write after it.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    pub attempt: Attempt,
+    pub decision: Decision,
+}
+
+/// The delivery tables.
+#[derive(Debug, Clone)]
+pub struct DeliveryStore {
+    db: Db,
+}
+
+impl DeliveryStore {
+    pub fn new(db: Db) -> Self {
+        DeliveryStore { db }
+    }
+
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    pub async fn insert_merchant(&self, m: &Merchant, breaker: &Breaker) -> Result<(), StoreError> {
+        let mut tx = self.db.pool().begin().await?;
+        bind_merchant(sqlx::query(&format!("INSERT INTO merchants ({MERCHANT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")), m)
+            .execute(&mut *tx)
+            .await?;
+        bind_breaker(sqlx::query(&format!("INSERT INTO merchant_breakers ({BREAKER_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")), breaker)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Write a merchant's URL, scheme and secrets.
+    pub async fn update_merchant(&self, m: &Merchant) -> Result<(), StoreError> {
+        // Same column order as MERCHANT_COLS, so one binder serves insert and update.
+        let sql = "UPDATE merchants SET name = $2, url = $3, scheme = $4, secret = $5, previous_secret = $6, \
+             previous_secret_expires_at = $7, created_at = $8, updated_at = $9 WHERE id = $1";
+        let done = bind_merchant(sqlx::query(sql), m).execute(self.db.pool()).await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::UnknownMerchant(m.id.clone()));
+        }
+        Ok(())
+    }
+
+    pub async fn merchant(&self, id: &MerchantId) -> Result<Merchant, StoreError> {
+        let row = sqlx::query(&format!("SELECT {MERCHANT_COLS} FROM merchants WHERE id = $1"))
+            .bind(id.as_str())
+            .fetch_optional(self.db.pool())
+            .await?
+            .ok_or_else(|| StoreError::UnknownMerchant(id.clone()))?;
+        Ok(row::merchant(&row)?)
+    }
+
+    /// Accept an event: store it and its delivery in one transaction, or,
+    /// when `(merchant_id, idempotency_key)` was seen before, return what
+    /// the first call stored.
+    pub async fn accept_event(&self, e: &EventIn, now: Timestamp) -> Result<Accepted, StoreError> {
+        e.validate()?;
+        let status = event_status(e.status.as_deref(), &e.payload).map(str::to_owned);
+        let money = is_money_event(&e.event_type, status.as_deref());
+        let payload = serde_json::to_string(&e.payload)?;
+        let event_id = EventId::generate();
+        let delivery_id = DeliveryId::generate();
+        // Write first, read after: on SQLite a transaction that reads and
+        // then writes can fail outright (SQLITE_BUSY on upgrade) when another
+        // connection wrote in between; the foreign key checks the merchant.
+        let mut tx = self.db.pool().begin().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO events (id, merchant_id, event_type, status, is_money, payload, idempotency_key, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING id",
+        )
+        .bind(event_id.as_str())
+        .bind(e.merchant_id.as_str())
+        .bind(&e.event_type)
+        .bind(status.as_deref())
+        .bind(money)
+        .bind(&payload)
+        .bind(&e.idempotency_key)
+        .bind(now.as_millis())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|err| match &err {
+            sqlx::Error::Database(db) if db.is_foreign_key_violation() => StoreError::UnknownMerchant(e.merchant_id.clone()),
+            _ => StoreError::Db(err),
+        })?;
+        if inserted.is_none() {
+            let row = sqlx::query("SELECT id FROM events WHERE merchant_id = $1 AND idempotency_key = $2")
+                .bind(e.merchant_id.as_str())
+                .bind(&e.idempotency_key)
+                .fetch_one(&mut *tx)
+                .await?;
+            let event_id = EventId::from_db(row.try_get("id")?);
+            let ids = sqlx::query("SELECT id FROM deliveries WHERE event_id = $1 ORDER BY id")
+                .bind(event_id.as_str())
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|r| r.try_get::<String, _>("id").map(DeliveryId::from_db))
+                .collect::<Result<Vec<_>, _>>()?;
+            tx.commit().await?;
+            return Ok(Accepted { event_id, delivery_ids: ids, duplicate: true });
+        }
+        sqlx::query(
+            "INSERT INTO deliveries (id, event_id, merchant_id, event_type, is_money, status, ladder, fast_attempts, \
+             slow_steps, cycle_started_at, next_attempt_at, deferred, deferrals, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, 'PENDING', 'fast', 0, 0, $6, $6, FALSE, 0, $6, $6)",
+        )
+        .bind(delivery_id.as_str())
+        .bind(event_id.as_str())
+        .bind(e.merchant_id.as_str())
+        .bind(&e.event_type)
+        .bind(money)
+        .bind(now.as_millis())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Accepted { event_id, delivery_ids: vec![delivery_id], duplicate: false })
+    }
+
+    /// Claim up to `limit` due deliveries for `owner` until `now + lease`:
+    /// first DELIVERING ones whose lease ran out (their worker died
+    /// mid-send), then PENDING ones whose time has come, longest-due first.
+    /// Two statements rather than one with `OR`, so each walks its own
+    /// partial index in order and stops at `limit` — no sort of a backlog.
+    pub async fn claim(&self, owner: &str, now: Timestamp, lease: Duration, limit: u32) -> Result<Vec<DeliveryId>, StoreError> {
+        let lock = match self.db.backend() {
+            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+            Backend::Sqlite => "",
+        };
+        let mut out = Vec::new();
+        for (due, order) in [("status = 'DELIVERING' AND lease_until <= $3", "lease_until"), ("status = 'PENDING' AND next_attempt_at <= $3", "next_attempt_at")] {
+            let left = i64::from(limit) - out.len() as i64;
+            if left <= 0 {
+                break;
+            }
+            let sql = format!(
+                "UPDATE deliveries SET status = 'DELIVERING', lease_owner = $1, lease_until = $2, updated_at = $3 \
+                 WHERE id IN (SELECT id FROM deliveries WHERE {due} ORDER BY {order} LIMIT $4{lock}) RETURNING id"
+            );
+            let rows = sqlx::query(&sql).bind(owner).bind((now + lease).as_millis()).bind(now.as_millis()).bind(left).fetch_all(self.db.pool()).await?;
+            for r in &rows {
+                out.push(DeliveryId::from_db(r.try_get::<String, _>("id")?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// A claimed delivery with its merchant, payload and the merchant's
+    /// breaker as it is now: one round trip.
+    pub async fn job(&self, id: &DeliveryId) -> Result<(Job, Breaker), StoreError> {
+        let sql = format!(
+            "SELECT {}, {}, {}, e.payload AS payload FROM deliveries d \
+             JOIN merchants m ON m.id = d.merchant_id JOIN events e ON e.id = d.event_id \
+             JOIN merchant_breakers b ON b.merchant_id = d.merchant_id WHERE d.id = $1",
+            row::aliased(DELIVERY_COLS, "d", ""),
+            row::aliased(MERCHANT_COLS, "m", "m_"),
+            row::aliased(BREAKER_COLS, "b", "b_"),
+        );
+        let r = sqlx::query(&sql).bind(id.as_str()).fetch_optional(self.db.pool()).await?.ok_or_else(|| StoreError::UnknownDelivery(id.clone()))?;
+        let job = Job { delivery: row::delivery(&r)?, merchant: row::merchant_prefixed(&r, "m_")?, payload: r.try_get("payload")? };
+        Ok((job, row::breaker_prefixed(&r, "b_")?))
+    }
+
+    pub async fn delivery(&self, id: &DeliveryId) -> Result<Delivery, StoreError> {
+        let row = sqlx::query(&format!("SELECT {DELIVERY_COLS} FROM deliveries WHERE id = $1"))
+            .bind(id.as_str())
+            .fetch_optional(self.db.pool())
+            .await?
+            .ok_or_else(|| StoreError::UnknownDelivery(id.clone()))?;
+        Ok(row::delivery(&row)?)
+    }
+
+    /// Put a claimed delivery back without an attempt: the breaker is open.
+    /// Spends nothing. Returns false if the lease was lost meanwhile.
+    ///
+    /// If the breaker closed since the caller looked, the delivery is due at
+    /// once: otherwise a deferral racing the close (and its queue drain)
+    /// would sit out a needless pause. On PostgreSQL a drain that runs
+    /// concurrently waits for this row and re-checks it, so one of the two
+    /// always makes it due.
+    pub async fn defer(&self, id: &DeliveryId, owner: &str, until: Timestamp, now: Timestamp) -> Result<bool, StoreError> {
+        let mut tx = self.db.pool().begin().await?;
+        if self.db.backend() == Backend::Postgres {
+            // Hold the breaker row still while deferring: a close either
+            // committed before (the UPDATE below sees it) or waits for us (and
+            // its drain then sees this row deferred). SQLite runs one writer
+            // at a time, so there the single statement suffices.
+            sqlx::query(
+                "SELECT state FROM merchant_breakers WHERE merchant_id = (SELECT merchant_id FROM deliveries WHERE id = $1) FOR SHARE",
+            )
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+        }
+        let done = sqlx::query(
+            "UPDATE deliveries SET status = 'PENDING', lease_owner = NULL, lease_until = NULL, \
+             next_attempt_at = CASE WHEN EXISTS (SELECT 1 FROM merchant_breakers b \
+               WHERE b.merchant_id = deliveries.merchant_id AND b.state = 'closed') THEN $4 ELSE $3 END, \
+             deferred = TRUE, deferrals = deferrals + 1, last_deferred_at = $4, updated_at = $4 \
+             WHERE id = $1 AND status = 'DELIVERING' AND lease_owner = $2",
+        )
+        .bind(id.as_str())
+        .bind(owner)
+        .bind(until.as_millis())
+        .bind(now.as_millis())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Fail a claimed delivery without an attempt (a ceiling passed while it waited).
+    pub async fn fail_unsent(&self, id: &DeliveryId, owner: &str, reason: FailedReason, now: Timestamp) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE deliveries SET status = 'FAILED', failed_reason = $3, lease_owner = NULL, lease_until = NULL, \
+             deferred = FALSE, finished_at = $4, updated_at = $4 WHERE id = $1 AND status = 'DELIVERING' AND lease_owner = $2",
+        )
+        .bind(id.as_str())
+        .bind(owner)
+        .bind(reason.as_str())
+        .bind(now.as_millis())
+        .execute(self.db.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Record an attempt and write the ladder decision, in one transaction.
+    /// The attempt is always kept (it happened); the delivery is updated only
+    /// if `owner` still holds its lease. Returns whether it did.
+    pub async fn finish_attempt(&self, rec: &AttemptRecord, owner: &str, now: Timestamp) -> Result<bool, StoreError> {
+        let a = &rec.attempt;
+        let mut tx = self.db.pool().begin().await?;
+        sqlx::query(&format!("INSERT INTO attempts ({ATTEMPT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"))
+            .bind(a.id.as_str())
+            .bind(a.delivery_id.as_str())
+            .bind(a.merchant_id.as_str())
+            .bind(a.at.as_millis())
+            .bind(a.ladder.as_str())
+            .bind(a.outcome.as_str())
+            .bind(a.status_code.map(i64::from))
+            .bind(a.latency_ms)
+            .bind(a.error.as_deref())
+            .bind(a.response_body.as_deref())
+            .bind(a.probe)
+            .execute(&mut *tx)
+            .await?;
+        let (status, ladder, state, next_at, failed, finished) = match rec.decision {
+            Decision::Delivered => (DeliveryStatus::Delivered, None, None, None, None, Some(now)),
+            Decision::Retry { at, ladder, state } => (DeliveryStatus::Pending, Some(ladder), Some(state), Some(at), None, None),
+            Decision::Failed { reason, state } => (DeliveryStatus::Failed, None, Some(state), None, Some(reason), Some(now)),
+        };
+        let done = sqlx::query(
+            "UPDATE deliveries SET status = $3, ladder = COALESCE($4, ladder), \
+             fast_attempts = COALESCE($5, fast_attempts), slow_steps = COALESCE($6, slow_steps), \
+             slow_started_at = COALESCE($7, slow_started_at), next_attempt_at = COALESCE($8, next_attempt_at), \
+             failed_reason = $9, finished_at = $10, last_status_code = $11, last_error = $12, \
+             lease_owner = NULL, lease_until = NULL, deferred = FALSE, updated_at = $13 \
+             WHERE id = $1 AND status = 'DELIVERING' AND lease_owner = $2",
+        )
+        .bind(a.delivery_id.as_str())
+        .bind(owner)
+        .bind(status.as_str())
+        .bind(ladder.map(Ladder::as_str))
+        .bind(state.map(|s| i64::from(s.fast_attempts)))
+        .bind(state.map(|s| i64::from(s.slow_steps)))
+        .bind(state.and_then(|s| s.slow_started_at).map(Timestamp::as_millis))
+        .bind(next_at.map(Timestamp::as_millis))
+        .bind(failed.map(FailedReason::as_str))
+        .bind(finished.map(Timestamp::as_millis))
+        .bind(a.status_code.map(i64::from))
+        .bind(a.error.as_deref())
+        .bind(now.as_millis())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn breaker(&self, merchant: &MerchantId) -> Result<Breaker, StoreError> {
+        let row = sqlx::query(&format!("SELECT {BREAKER_COLS} FROM merchant_breakers WHERE merchant_id = $1"))
+            .bind(merchant.as_str())
+            .fetch_optional(self.db.pool())
+            .await?
+            .ok_or_else(|| StoreError::UnknownMerchant(merchant.clone()))?;
+        Ok(row::breaker(&row)?)
+    }
+
+    /// Write `next` only if the row is still at `next.version - 1`. False
+    /// when another instance moved it first: re-read and decide again.
+    pub async fn cas_breaker(&self, next: &Breaker) -> Result<bool, StoreError> {
+        // Same column order as BREAKER_COLS, so one binder serves insert and update.
+        let sql = "UPDATE merchant_breakers SET state = $2, version = $3, pause_ms = $4, failed_probes = $5, opened_at = $6, \
+             next_probe_at = $7, probe_delivery_id = $8, probe_started_at = $9, counters_since = $10, updated_at = $11 \
+             WHERE merchant_id = $1 AND version = $12";
+        let done = bind_breaker(sqlx::query(sql), next).bind(next.version - 1).execute(self.db.pool()).await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The merchant's attempts since `since` (inclusive): total and breaker failures.
+    pub async fn window(&self, merchant: &MerchantId, since: Timestamp) -> Result<Window, StoreError> {
+        let row = sqlx::query(
+            "SELECT CAST(COUNT(*) AS BIGINT) AS n, \
+             CAST(COALESCE(SUM(CASE WHEN outcome IN ('server_error', 'network', 'timeout') THEN 1 ELSE 0 END), 0) AS BIGINT) AS f \
+             FROM attempts WHERE merchant_id = $1 AND at >= $2",
+        )
+        .bind(merchant.as_str())
+        .bind(since.as_millis())
+        .fetch_one(self.db.pool())
+        .await?;
+        let n: i64 = row.try_get("n")?;
+        let f: i64 = row.try_get("f")?;
+        Ok(Window { attempts: u32::try_from(n).unwrap_or(u32::MAX), failures: u32::try_from(f).unwrap_or(u32::MAX) })
+    }
+
+    /// The breaker closed: every deferred delivery of the merchant is due now.
+    pub async fn drain_deferred(&self, merchant: &MerchantId, now: Timestamp) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "UPDATE deliveries SET next_attempt_at = $2, deferred = FALSE, updated_at = $2 \
+             WHERE merchant_id = $1 AND deferred = TRUE AND status = 'PENDING'",
+        )
+        .bind(merchant.as_str())
+        .bind(now.as_millis())
+        .execute(self.db.pool())
+        .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+
+/// Bind a merchant row's columns in `MERCHANT_COLS` order.
+fn bind_merchant<'q>(q: AnyQuery<'q>, m: &'q Merchant) -> AnyQuery<'q> {
+    q.bind(m.id.as_str())
+        .bind(m.name.as_str())
+        .bind(m.url.as_str())
+        .bind(m.scheme.as_str())
+        .bind(m.secret.as_str())
+        .bind(m.previous_secret.as_deref())
+        .bind(m.previous_secret_expires_at.map(Timestamp::as_millis))
+        .bind(m.created_at.as_millis())
+        .bind(m.updated_at.as_millis())
+}
+
+/// Bind a breaker row's columns in `BREAKER_COLS` order.
+fn bind_breaker<'q>(q: AnyQuery<'q>, b: &'q Breaker) -> AnyQuery<'q> {
+    q.bind(b.merchant_id.as_str())
+        .bind(b.status.as_str())
+        .bind(b.version)
+        .bind(millis(b.pause))
+        .bind(i64::from(b.failed_probes))
+        .bind(b.opened_at.map(Timestamp::as_millis))
+        .bind(b.next_probe_at.map(Timestamp::as_millis))
+        .bind(b.probe_delivery_id.as_ref().map(DeliveryId::as_str))
+        .bind(b.probe_started_at.map(Timestamp::as_millis))
+        .bind(b.counters_since.as_millis())
+        .bind(b.updated_at.as_millis())
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

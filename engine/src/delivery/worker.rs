@@ -1,0 +1,343 @@
+//! The delivery worker: claim due deliveries, ask the merchant's breaker,
+//! send, record the attempt, apply the ladder decision.
+//!
+//! [`Worker::run_once`] is one step at the clock's `now` (tests drive it with
+//! a `ManualClock`); [`Worker::run`] loops until its shutdown future resolves,
+//! finishing the batch in hand first. Several instances may run against one
+//! PostgreSQL: the claim hands each row to one instance, and a row whose
+//! worker died comes back once its lease has run out — to be sent again with
+//! the same `X-Webhook-Id` (delivery is at least once; receivers deduplicate).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::stream::{self, StreamExt};
+use reqwest::redirect::Policy;
+
+use super::breaker::{self, Admission, BreakerConfig};
+use super::ladder::{self, LadderConfig, LadderState};
+use super::model::*;
+use super::signing;
+use super::ssrf::{GuardedResolver, SsrfPolicy};
+use super::store::{AttemptRecord, DeliveryStore, Job, StoreError};
+use crate::clock::{SharedClock, Timestamp};
+
+/// Worker settings. Defaults are the product's policy.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Names this instance in leases (`lease_owner`).
+    pub instance_id: String,
+    /// Deliveries claimed per step.
+    pub batch_size: u32,
+    /// Requests in flight at once within a step.
+    pub concurrency: usize,
+    /// How long a claim holds; must exceed `request_timeout` comfortably.
+    pub lease: Duration,
+    /// Whole-request timeout (10 s).
+    pub request_timeout: Duration,
+    /// Pause between steps when nothing was due.
+    pub idle_poll: Duration,
+    /// Response bodies are kept up to this many bytes.
+    pub max_response_bytes: usize,
+    pub ladder: LadderConfig,
+    pub breaker: BreakerConfig,
+    pub ssrf: SsrfPolicy,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            instance_id: format!("worker-{}", ulid::Ulid::new()),
+            batch_size: 64,
+            concurrency: 32,
+            lease: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(10),
+            idle_poll: Duration::from_millis(500),
+            max_response_bytes: 4096,
+            ladder: LadderConfig::default(),
+            breaker: BreakerConfig::default(),
+            ssrf: SsrfPolicy::strict(),
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// Settings that cannot work together are refused at startup.
+    pub fn validate(&self) -> Result<(), WorkerError> {
+        let bad = |why: &'static str| Err(WorkerError::Config(why));
+        if self.batch_size == 0 || self.concurrency == 0 {
+            return bad("batch_size and concurrency must be at least 1");
+        }
+        if self.request_timeout.is_zero() {
+            return bad("request_timeout must be positive");
+        }
+        if self.lease <= self.request_timeout * 2 {
+            return bad("lease must exceed twice the request timeout, or live deliveries would be claimed twice");
+        }
+        if self.ladder.fast_attempts == 0 {
+            return bad("the fast ladder needs at least one attempt");
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("invalid worker settings: {0}")]
+    Config(&'static str),
+    #[error("building the HTTP client failed")]
+    Client(#[source] reqwest::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What one step did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepReport {
+    pub claimed: usize,
+    pub delivered: usize,
+    pub retrying: usize,
+    pub failed: usize,
+    pub deferred: usize,
+    /// Rows whose lease another instance took over meanwhile.
+    pub lost: usize,
+}
+
+enum JobResult {
+    Delivered,
+    Retrying,
+    Failed,
+    Deferred,
+    Lost,
+}
+
+/// Sends deliveries. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Worker {
+    store: DeliveryStore,
+    clock: SharedClock,
+    client: reqwest::Client,
+    config: Arc<WorkerConfig>,
+}
+
+impl Worker {
+    pub fn new(store: DeliveryStore, clock: SharedClock, config: WorkerConfig) -> Result<Worker, WorkerError> {
+        config.validate()?;
+        let client = reqwest::Client::builder()
+            .redirect(Policy::none())
+            .timeout(config.request_timeout)
+            .connect_timeout(config.request_timeout)
+            .no_proxy()
+            .dns_resolver(Arc::new(GuardedResolver::new(Arc::new(config.ssrf.clone()))))
+            .user_agent("Sluice-Webhooks/1")
+            .build()
+            .map_err(WorkerError::Client)?;
+        Ok(Worker { store, clock, client, config: Arc::new(config) })
+    }
+
+    pub fn config(&self) -> &WorkerConfig {
+        &self.config
+    }
+
+    /// One step at the clock's current time: claim a batch and process it.
+    pub async fn run_once(&self) -> Result<StepReport, WorkerError> {
+        let now = self.clock.now();
+        let ids = self.store.claim(&self.config.instance_id, now, self.config.lease, self.config.batch_size).await?;
+        let mut report = StepReport { claimed: ids.len(), ..StepReport::default() };
+        let results: Vec<Result<JobResult, WorkerError>> =
+            stream::iter(ids).map(|id| self.process(id)).buffer_unordered(self.config.concurrency.max(1)).collect().await;
+        for r in results {
+            match r? {
+                JobResult::Delivered => report.delivered += 1,
+                JobResult::Retrying => report.retrying += 1,
+                JobResult::Failed => report.failed += 1,
+                JobResult::Deferred => report.deferred += 1,
+                JobResult::Lost => report.lost += 1,
+            }
+        }
+        Ok(report)
+    }
+
+    /// Step until `shutdown` resolves. The batch in hand is finished first;
+    /// anything claimed and not finished is picked up again after its lease.
+    /// Database errors are logged and retried after the idle pause.
+    pub async fn run(&self, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        loop {
+            let pause = match self.run_once().await {
+                Ok(r) if r.claimed as u32 >= self.config.batch_size => Duration::ZERO,
+                Ok(_) => self.config.idle_poll,
+                Err(e) => {
+                    tracing::error!(error = &e as &dyn std::error::Error, "delivery step failed");
+                    self.config.idle_poll
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                _ = self.clock.sleep(pause) => {}
+            }
+        }
+    }
+
+    /// One claimed delivery. Time is read at the edges: when it is picked up
+    /// (ceilings, breaker, signature timestamp, attempt time) and when the
+    /// answer is in (the next attempt counts its pause from there).
+    async fn process(&self, id: DeliveryId) -> Result<JobResult, WorkerError> {
+        let owner = self.config.instance_id.as_str();
+        let now = self.clock.now();
+        let (job, breaker) = self.store.job(&id).await?;
+        let d = &job.delivery;
+        let state = ladder_state(d);
+        if let Some(reason) = ladder::ceiling_reached(&state, now, &self.config.ladder) {
+            let ours = self.store.fail_unsent(&id, owner, reason, now).await?;
+            return Ok(if ours { JobResult::Failed } else { JobResult::Lost });
+        }
+        let probe = match self.admit(&job, breaker, now).await? {
+            Ok(probe) => probe,
+            Err(until) => {
+                // Deferral spends nothing, but never carries a delivery past a ceiling.
+                let (ours, result) = match ladder::ceiling_reached(&state, until, &self.config.ladder) {
+                    Some(reason) => (self.store.fail_unsent(&id, owner, reason, now).await?, JobResult::Failed),
+                    None => (self.store.defer(&id, owner, until, now).await?, JobResult::Deferred),
+                };
+                return Ok(if ours { result } else { JobResult::Lost });
+            }
+        };
+        let (outcome, status_code, error, body, latency_ms) = self.send(&job, now).await;
+        let done = self.clock.now();
+        let decision = ladder::decide(&state, outcome, done, &self.config.ladder);
+        let rec = AttemptRecord {
+            attempt: Attempt {
+                id: AttemptId::generate(),
+                delivery_id: id.clone(),
+                merchant_id: d.merchant_id.clone(),
+                at: now,
+                ladder: d.ladder,
+                outcome,
+                status_code,
+                latency_ms,
+                error,
+                response_body: body,
+                probe,
+            },
+            decision,
+        };
+        let ours = self.store.finish_attempt(&rec, owner, done).await?;
+        if let ladder::Decision::Failed { reason, .. } = decision {
+            tracing::warn!(delivery = %id, merchant = %d.merchant_id, %reason, ?outcome, "delivery FAILED");
+        }
+        // Only a probe's result or a failure can move the breaker.
+        if probe || outcome.is_breaker_failure() {
+            self.record_breaker(&d.merchant_id, &id, outcome, done).await?;
+        }
+        Ok(match (ours, decision) {
+            (false, _) => JobResult::Lost,
+            (true, ladder::Decision::Delivered) => JobResult::Delivered,
+            (true, ladder::Decision::Retry { .. }) => JobResult::Retrying,
+            (true, ladder::Decision::Failed { .. }) => JobResult::Failed,
+        })
+    }
+
+    /// `Ok(is_probe)` when the delivery may be sent, `Err(until)` to defer it.
+    /// `b` is the breaker as read with the job; re-read only after a lost CAS.
+    async fn admit(&self, job: &Job, mut b: breaker::Breaker, now: Timestamp) -> Result<Result<bool, Timestamp>, WorkerError> {
+        loop {
+            match breaker::admit(&b, &job.delivery.id, now, &self.config.breaker) {
+                Admission::Send => return Ok(Ok(false)),
+                Admission::Defer { until } => return Ok(Err(until)),
+                Admission::Probe(next) => {
+                    if self.store.cas_breaker(&next).await? {
+                        return Ok(Ok(true));
+                    }
+                    b = self.store.breaker(&job.merchant.id).await?;
+                }
+            }
+        }
+    }
+
+    async fn record_breaker(&self, merchant: &MerchantId, id: &DeliveryId, outcome: AttemptOutcome, now: Timestamp) -> Result<(), WorkerError> {
+        loop {
+            let b = self.store.breaker(merchant).await?;
+            let window = self.store.window(merchant, b.window_start(now, &self.config.breaker)).await?;
+            let Some(next) = breaker::record(&b, id, outcome, window, now, &self.config.breaker) else {
+                return Ok(());
+            };
+            if self.store.cas_breaker(&next).await? {
+                tracing::info!(merchant = %merchant, from = %b.status, to = %next.status, pause_s = next.pause.as_secs(), "merchant breaker moved");
+                if next.status == BreakerStatus::Closed {
+                    self.store.drain_deferred(merchant, now).await?;
+                }
+                return Ok(());
+            }
+        }
+    }
+
+    /// Sign and POST. Returns (outcome, status, error, truncated body, latency ms).
+    async fn send(&self, job: &Job, now: Timestamp) -> (AttemptOutcome, Option<u16>, Option<String>, Option<String>, i64) {
+        let m = &job.merchant;
+        let started = Instant::now();
+        let elapsed = |s: Instant| i64::try_from(s.elapsed().as_millis()).unwrap_or(i64::MAX);
+        if let Err(e) = self.config.ssrf.check_url(&m.url) {
+            return (AttemptOutcome::Network, None, Some(format!("refused: {e}")), None, 0);
+        }
+        let headers = match signing::sign(m.scheme, &m.signing_secrets(now), job.delivery.id.as_str(), now.as_secs(), job.payload.as_bytes()) {
+            Ok(h) => h,
+            Err(e) => return (AttemptOutcome::Network, None, Some(format!("signing: {e}")), None, 0),
+        };
+        let mut req = self.client.post(&m.url).header("content-type", "application/json").body(job.payload.clone());
+        for (name, value) in headers {
+            req = req.header(name, value);
+        }
+        let mut resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                let outcome = if e.is_timeout() { AttemptOutcome::Timeout } else { AttemptOutcome::Network };
+                return (outcome, None, Some(error_chain(&e)), None, elapsed(started));
+            }
+        };
+        let code = resp.status().as_u16();
+        let mut body = Vec::new();
+        let mut body_error = None;
+        while body.len() < self.config.max_response_bytes {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                Ok(None) => break,
+                Err(e) => {
+                    body_error = Some(error_chain(&e));
+                    break;
+                }
+            }
+        }
+        body.truncate(self.config.max_response_bytes);
+        let text = (!body.is_empty()).then(|| String::from_utf8_lossy(&body).into_owned());
+        let outcome = AttemptOutcome::from_status(code);
+        let error = match outcome {
+            AttemptOutcome::Success => None,
+            _ => Some(body_error.unwrap_or_else(|| format!("HTTP {code}"))),
+        };
+        (outcome, Some(code), error, text, elapsed(started))
+    }
+}
+
+pub(crate) fn ladder_state(d: &Delivery) -> LadderState {
+    LadderState {
+        is_money: d.is_money,
+        fast_attempts: d.fast_attempts,
+        slow_steps: d.slow_steps,
+        slow_started_at: d.slow_started_at,
+        cycle_started_at: d.cycle_started_at,
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

@@ -222,8 +222,10 @@ pub async fn accounts_have_separate_buckets_and_all_are_listed(b: &Backend) {
     let buckets = h.limiter.list_buckets().await.expect("list");
     let accounts: Vec<&str> = buckets.iter().map(|k| k.account.as_str()).collect();
     assert_eq!(accounts, vec!["a1", "a2", "a3"]);
+    // The retry executor records its open breaker against the same bucket.
+    h.limiter.record_refusal(&req().account("a1"), RefusalReason::BreakerOpen).await.expect("record");
     let stats = h.limiter.stats(&buckets[0]).await.expect("stats");
-    assert_eq!((stats.grants, stats.waited), (1, 0));
+    assert_eq!((stats.grants, stats.waited, stats.refusals(RefusalReason::BreakerOpen)), (1, 0, 1));
     assert_eq!(stats.wait_percentile(0.95), Some(Duration::from_millis(1)));
 }
 

@@ -17,8 +17,8 @@ SHA=$(redis-cli -h "$HOST" -p "$PORT" SCRIPT LOAD "$(cat engine/src/quota/lua/qu
 K="bench:rb:rl:{acct42}:pricing:r"
 for c in 1 16 64; do
   echo "redis-benchmark EVALSHA decide, $c clients:"
-  redis-benchmark -h "$HOST" -p "$PORT" -c "$c" -n 200000 -q \
+  redis-benchmark -h "$HOST" -p "$PORT" -c "$c" -n 40000 --csv \
     EVALSHA "$SHA" 4 "$K" "$K:log" "$K:leases" "$K:stats" \
-    decide token_bucket 1000000 1000000 1000000 1 30000000 0 0 "" 0
+    decide token_bucket 1000000 1000000 1000000 1 30000000 0 0 "" 0 2>/dev/null | tail -1
 done
 redis-cli -h "$HOST" -p "$PORT" DEL "$K" "$K:stats" > /dev/null

@@ -59,15 +59,27 @@ fn interval_us(limit: &Limit) -> i64 {
 
 /// GCRA increment for `cost` tokens, rounded up so rounding never grants extra.
 fn gcra_increment(limit: &Limit, cost: u64) -> i64 {
-    let num = i128::from(cost) * i128::from(interval_us(limit));
-    let den = i128::from(limit.tokens.max(1));
-    i64::try_from((num + den - 1) / den).unwrap_or(i64::MAX)
+    let den = u64::from(limit.tokens.max(1));
+    // 64-bit fast path (validated rules always take it); 128-bit otherwise.
+    match cost.checked_mul(interval_us(limit).unsigned_abs()) {
+        Some(num) => i64::try_from(num.div_ceil(den)).unwrap_or(i64::MAX),
+        None => {
+            let num = u128::from(cost) * u128::from(interval_us(limit).unsigned_abs());
+            i64::try_from(num.div_ceil(u128::from(den))).unwrap_or(i64::MAX)
+        }
+    }
 }
 
 /// GCRA burst tolerance span, rounded down for the same reason.
 fn gcra_span(limit: &Limit) -> i64 {
-    let num = i128::from(limit.burst) * i128::from(interval_us(limit));
-    i64::try_from(num / i128::from(limit.tokens.max(1))).unwrap_or(i64::MAX)
+    let den = u64::from(limit.tokens.max(1));
+    match u64::from(limit.burst).checked_mul(interval_us(limit).unsigned_abs()) {
+        Some(num) => i64::try_from(num / den).unwrap_or(i64::MAX),
+        None => {
+            let num = u128::from(limit.burst) * u128::from(interval_us(limit).unsigned_abs());
+            i64::try_from(num / u128::from(den)).unwrap_or(i64::MAX)
+        }
+    }
 }
 
 /// Drop sliding-log entries that no window containing `now` can see.

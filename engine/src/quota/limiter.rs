@@ -172,6 +172,8 @@ impl Default for LimiterConfig {
 struct Inner {
     store: Arc<dyn QuotaStore>,
     rules: ArcSwap<RuleRegistry>,
+    /// The version of the rule set in force, for whoever wants to know when it changes.
+    rules_version: tokio::sync::watch::Sender<i64>,
     clock: SharedClock,
     config: LimiterConfig,
 }
@@ -195,12 +197,21 @@ impl Limiter {
     /// `clock` is used for sleeping in [`Limiter::acquire`] and for header
     /// parsing; the store keeps its own time (Redis: `TIME`).
     pub fn new(store: Arc<dyn QuotaStore>, rules: RuleRegistry, clock: SharedClock, config: LimiterConfig) -> Limiter {
-        Limiter { inner: Arc::new(Inner { store, rules: ArcSwap::from_pointee(rules), clock, config }) }
+        let (rules_version, _) = tokio::sync::watch::channel(rules.version);
+        Limiter { inner: Arc::new(Inner { store, rules: ArcSwap::from_pointee(rules), rules_version, clock, config }) }
     }
 
     /// Swap the rule set atomically. Buckets carry over (they are keyed by rule id).
     pub fn replace_rules(&self, rules: RuleRegistry) {
+        let version = rules.version;
         self.inner.rules.store(Arc::new(rules));
+        self.inner.rules_version.send_replace(version);
+    }
+
+    /// Notified with the version of every rule set swapped in (live pages,
+    /// and tests that must see an edit arrive without sleeping).
+    pub fn watch_rules(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.inner.rules_version.subscribe()
     }
 
     pub fn rules(&self) -> Arc<RuleRegistry> {

@@ -7,11 +7,12 @@
 //! enough (account, rule) pairs that memory is not a concern, and keeping
 //! them keeps their stats for the dashboards.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
+
+use hashbrown::HashTable;
 
 use crate::clock::{duration_micros, SharedClock, Timestamp};
 
@@ -21,6 +22,14 @@ use super::stats::{BucketKey, BucketStats, RefusalReason};
 use super::store::{DecideArgs, QuotaStore, StoreDecision, StoreError, StoreResult};
 
 const SHARDS: usize = 32;
+
+/// A bucket and its key, stored together so a lookup hashes the key once
+/// (for both the shard and the slot).
+#[derive(Debug)]
+struct Slot {
+    key: BucketKey,
+    entry: Entry,
+}
 
 #[derive(Debug, Default)]
 struct Entry {
@@ -34,33 +43,48 @@ struct Entry {
 #[derive(Debug)]
 pub struct MemoryStore {
     clock: SharedClock,
-    shards: Vec<Mutex<HashMap<BucketKey, Entry>>>,
+    hasher: foldhash::fast::RandomState,
+    shards: Vec<Mutex<HashTable<Slot>>>,
 }
 
 impl MemoryStore {
     pub fn new(clock: SharedClock) -> MemoryStore {
-        MemoryStore { clock, shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+        MemoryStore {
+            clock,
+            hasher: foldhash::fast::RandomState::default(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashTable::new())).collect(),
+        }
     }
 
-    fn shard(&self, key: &BucketKey) -> MutexGuard<'_, HashMap<BucketKey, Entry>> {
-        let mut h = DefaultHasher::new();
-        key.hash(&mut h);
-        let shard = &self.shards[(h.finish() as usize) % SHARDS];
+    /// The key's hash and its locked shard. The shard comes from the middle
+    /// bits, so the table inside still sees well-spread low and high bits.
+    fn shard(&self, key: &BucketKey) -> (u64, MutexGuard<'_, HashTable<Slot>>) {
+        let hash = self.hasher.hash_one(key);
+        let shard = &self.shards[((hash >> 32) as usize) % SHARDS];
         // A panic while holding the lock cannot leave a bucket half-written
         // (every update is a plain assignment), so a poisoned lock is usable.
-        shard.lock().unwrap_or_else(|p| p.into_inner())
+        (hash, shard.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Run `f` on the bucket's entry, creating it (a full bucket) if needed.
     fn with_entry<T>(&self, key: &BucketKey, f: impl FnOnce(&mut Entry, Timestamp) -> T) -> T {
         let now = self.clock.now();
-        let mut shard = self.shard(key);
-        let entry = match shard.get_mut(key) {
-            Some(e) => e,
-            None => shard.entry(key.clone()).or_default(),
+        let (hash, mut shard) = self.shard(key);
+        let entry = match shard.find_mut(hash, |s| s.key == *key) {
+            Some(slot) => &mut slot.entry,
+            None => {
+                let slot = Slot { key: key.clone(), entry: Entry::default() };
+                &mut shard.insert_unique(hash, slot, |s| self.hasher.hash_one(&s.key)).into_mut().entry
+            }
         };
         entry.stats.last_at_ms = now.as_millis();
         f(entry, now)
+    }
+
+    /// Run `f` on the bucket's entry if it exists.
+    fn with_existing<T>(&self, key: &BucketKey, f: impl FnOnce(&mut Entry) -> T) -> Option<T> {
+        let (hash, mut shard) = self.shard(key);
+        shard.find_mut(hash, |s| s.key == *key).map(|slot| f(&mut slot.entry))
     }
 
     /// The synchronous decision, shared with the fallback store.
@@ -137,18 +161,12 @@ impl QuotaStore for MemoryStore {
 
     fn peek<'a>(&'a self, key: &'a BucketKey, limit: &'a Limit) -> StoreResult<'a, Usage> {
         let now = self.clock.now();
-        let mut shard = self.shard(key);
-        let usage = match shard.get_mut(key) {
-            Some(e) => decision::peek(&mut e.state, now, limit),
-            None => decision::peek(&mut BucketState::default(), now, limit),
-        };
-        ready(usage)
+        let usage = self.with_existing(key, |e| decision::peek(&mut e.state, now, limit));
+        ready(usage.unwrap_or_else(|| decision::peek(&mut BucketState::default(), now, limit)))
     }
 
     fn release<'a>(&'a self, key: &'a BucketKey, lease: &'a str) -> StoreResult<'a, ()> {
-        if let Some(e) = self.shard(key).get_mut(key) {
-            e.leases.remove(lease);
-        }
+        self.with_existing(key, |e| e.leases.remove(lease));
         ready(())
     }
 
@@ -158,13 +176,13 @@ impl QuotaStore for MemoryStore {
     }
 
     fn stats<'a>(&'a self, key: &'a BucketKey) -> StoreResult<'a, BucketStats> {
-        ready(self.shard(key).get(key).map(|e| e.stats.clone()).unwrap_or_default())
+        ready(self.with_existing(key, |e| e.stats.clone()).unwrap_or_default())
     }
 
     fn list_buckets(&self) -> StoreResult<'_, Vec<BucketKey>> {
         let mut keys: Vec<BucketKey> = Vec::new();
         for shard in &self.shards {
-            keys.extend(shard.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned());
+            keys.extend(shard.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|s| s.key.clone()));
         }
         keys.sort();
         ready(keys)

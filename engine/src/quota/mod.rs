@@ -78,6 +78,24 @@
 //!
 //! Redis decisions use Redis `TIME`, so worker clock skew does not matter; the
 //! memory store uses the injected [`crate::clock::Clock`].
+//!
+//! # Hot reload
+//!
+//! Rules live in the database ([`RulesRepo`]); every change bumps a version
+//! counter in the same transaction. A [`RuleReloader`] per instance polls it
+//! every [`rules_repo::RELOAD_EVERY`] (1 s) and swaps the whole set into the
+//! limiter (`ArcSwap`), so an edit is live everywhere within about a second.
+//! Buckets are keyed by rule id: their state carries over an edit.
+//!
+//! # Testing
+//!
+//! `engine/tests/quota/`: one contract suite run against the memory store,
+//! Redis and a 3-node Redis Cluster. Redis keeps its own time, so the cases
+//! never advance time; they assert booked waits (which real time can only
+//! shorten, by at most the test's run time) and counts, with intervals of
+//! minutes or hours. Time-dependent scenarios run on the memory store with a
+//! `ManualClock`. A parity test feeds the same pseudo-random operations to the
+//! Rust and the Lua math and compares every answer.
 
 pub mod decision;
 pub mod fallback;

@@ -99,7 +99,7 @@ pub struct BucketStats {
     pub waited: u64,
     /// Sum of booked waits, in microseconds.
     pub wait_sum_us: u64,
-    pub wait_histogram: Vec<u64>,
+    pub wait_histogram: [u64; WAIT_BUCKETS],
     /// Indexed like [`RefusalReason::ALL`].
     pub refusals: [u64; 5],
     /// Decisions of shadow rules that would have waited or been refused.
@@ -129,9 +129,6 @@ impl BucketStats {
             self.waited += 1;
         }
         self.wait_sum_us += u64::try_from(wait.as_micros()).unwrap_or(u64::MAX);
-        if self.wait_histogram.len() < WAIT_BUCKETS {
-            self.wait_histogram.resize(WAIT_BUCKETS, 0);
-        }
         self.wait_histogram[wait_bucket(wait)] += 1;
     }
 
@@ -155,7 +152,7 @@ impl BucketStats {
 
     /// Parse the flat field map the Redis script writes (`HGETALL`).
     pub fn from_fields<'a>(fields: impl IntoIterator<Item = (&'a str, i64)>) -> BucketStats {
-        let mut s = BucketStats { wait_histogram: vec![0; WAIT_BUCKETS], ..BucketStats::default() };
+        let mut s = BucketStats::default();
         for (k, v) in fields {
             let n = u64::try_from(v).unwrap_or(0);
             match k {
@@ -168,8 +165,8 @@ impl BucketStats {
                 "last_at_ms" => s.last_at_ms = v,
                 _ => {
                     if let Some(i) = k.strip_prefix("w").and_then(|i| i.parse::<usize>().ok()) {
-                        if i < WAIT_BUCKETS {
-                            s.wait_histogram[i] = n;
+                        if let Some(slot) = s.wait_histogram.get_mut(i) {
+                            *slot = n;
                         }
                     } else if let Some(r) = k.strip_prefix("refused:").and_then(|r| r.parse::<RefusalReason>().ok()) {
                         s.refusals[r.index()] = n;

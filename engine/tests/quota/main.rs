@@ -40,3 +40,10 @@ mod quota_contract_redis {
     use crate::support::Backend;
     all_contract_cases!(Backend::redis());
 }
+
+mod quota_contract_parity {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn random_sequences_agree_between_the_rust_and_lua_math() {
+        crate::contract::random_sequences_agree_between_the_rust_and_lua_math().await;
+    }
+}

@@ -106,4 +106,33 @@ mod quota_rules_repo {
             assert!(b.reserve(&req).await.expect("reserve").refusal().is_some(), "no rule: refused");
         }
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_running_reloader_applies_an_edit_within_two_seconds() {
+        for db in TestDb::each().await {
+            let repo = RulesRepo::new(db.db());
+            let clock: SharedClock = Arc::new(ManualClock::at_test_epoch());
+            let limiter = instance(&clock);
+            let mut versions = limiter.watch_rules();
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let reloader = RuleReloader::new(repo.clone(), limiter.clone());
+            let task = tokio::spawn(reloader.run(sluice_engine::quota::rules_repo::RELOAD_EVERY, async {
+                let _ = stopped.await;
+            }));
+            let rule = Rule::new("feeds", None, None, Limit::token_bucket(1, MIN, 1));
+            repo.create(rule.clone(), "admin", t(0)).await.expect("create");
+            let mut edited = rule.clone();
+            edited.limit = Limit::token_bucket(7, MIN, 7);
+            repo.update(edited, "admin", t(1)).await.expect("update");
+            let target = repo.version().await.expect("version");
+            // A deadline, not a sleep: the watch fires when the set is swapped in.
+            tokio::time::timeout(Duration::from_secs(2), versions.wait_for(|v| *v >= target))
+                .await
+                .expect("the edit arrived within 2 s")
+                .expect("limiter alive");
+            assert_eq!(limiter.resolve("feeds", "GET", "/feed").map(|r| r.limit.tokens), Some(7));
+            let _ = stop.send(());
+            task.await.expect("reloader stops on shutdown");
+        }
+    }
 }

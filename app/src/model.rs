@@ -28,6 +28,9 @@ pub struct HealthView {
     /// `memory` (embedded) or `redis`.
     pub quota_store: String,
     pub redis: ComponentState,
+    /// The limiter's own view: `healthy`, `degraded` (local fallback share
+    /// while Redis is down) or `unavailable` (failing closed).
+    pub quota_mode: String,
     pub version: String,
 }
 

@@ -10,6 +10,7 @@ use figment::providers::{Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 use sluice_engine::db::Backend;
+use sluice_engine::quota::StorePolicy;
 
 const DEFAULTS: &str = include_str!("../sluice.default.toml");
 
@@ -25,6 +26,11 @@ struct RawSettings {
     site_root: PathBuf,
     log: String,
     log_format: String,
+    quota_store_down: String,
+    quota_expected_instances: u32,
+    redis_cluster: bool,
+    delivery_allow_networks: String,
+    delivery_worker: bool,
 }
 
 /// Validated settings.
@@ -39,6 +45,11 @@ pub struct Settings {
     pub site_root: PathBuf,
     pub log: String,
     pub log_format: LogFormat,
+    pub quota_store_down: StorePolicy,
+    pub redis_cluster: bool,
+    /// CIDRs webhook deliveries may reach despite the SSRF guard.
+    pub delivery_allow_networks: Vec<String>,
+    pub delivery_worker: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,6 +178,33 @@ impl RawSettings {
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log) {
             errors.push(format!("log (SLUICE_LOG): '{}' is not a valid filter: {e}", self.log));
         }
+        if self.quota_expected_instances == 0 {
+            errors.push("quota_expected_instances (SLUICE_QUOTA_EXPECTED_INSTANCES): must be at least 1".to_owned());
+        }
+        let quota_store_down = match self.quota_store_down.as_str() {
+            "fail_closed" => StorePolicy::FailClosed,
+            "local_fallback" => StorePolicy::LocalFallback { expected_instances: self.quota_expected_instances.max(1) },
+            other => {
+                errors.push(format!(
+                    "quota_store_down (SLUICE_QUOTA_STORE_DOWN): '{other}' is neither 'fail_closed' nor 'local_fallback'"
+                ));
+                StorePolicy::FailClosed
+            }
+        };
+        let delivery_allow_networks: Vec<String> = self
+            .delivery_allow_networks
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned)
+            .collect();
+        for cidr in &delivery_allow_networks {
+            if cidr.parse::<ipnet::IpNet>().is_err() {
+                errors.push(format!(
+                    "delivery_allow_networks (SLUICE_DELIVERY_ALLOW_NETWORKS): '{cidr}' is not a CIDR such as 10.0.0.0/8"
+                ));
+            }
+        }
         match (errors.is_empty(), listen) {
             (true, Some(listen)) => Ok(Settings {
                 listen,
@@ -178,6 +216,10 @@ impl RawSettings {
                 site_root: self.site_root,
                 log: self.log,
                 log_format,
+                quota_store_down,
+                redis_cluster: self.redis_cluster,
+                delivery_allow_networks,
+                delivery_worker: self.delivery_worker,
             }),
             _ => Err(ConfigError::Invalid(errors)),
         }
@@ -208,6 +250,10 @@ impl fmt::Debug for Settings {
             .field("site_root", &self.site_root)
             .field("log", &self.log)
             .field("log_format", &self.log_format)
+            .field("quota_store_down", &self.quota_store_down)
+            .field("redis_cluster", &self.redis_cluster)
+            .field("delivery_allow_networks", &self.delivery_allow_networks)
+            .field("delivery_worker", &self.delivery_worker)
             .finish()
     }
 }
@@ -295,6 +341,27 @@ mod tests {
     fn a_number_that_is_not_a_number_is_malformed() {
         let err = Settings::load_from(None, env(&[("SLUICE_DATABASE_MAX_CONNECTIONS", "many")])).expect_err("bad");
         assert!(err.to_string().contains("database_max_connections"), "{err}");
+    }
+
+    #[test]
+    fn store_down_policy_and_allow_list_are_validated() {
+        let s = Settings::load_from(
+            None,
+            env(&[
+                ("SLUICE_QUOTA_STORE_DOWN", "local_fallback"),
+                ("SLUICE_QUOTA_EXPECTED_INSTANCES", "4"),
+                ("SLUICE_DELIVERY_ALLOW_NETWORKS", "127.0.0.0/8, ::1/128"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(s.quota_store_down, StorePolicy::LocalFallback { expected_instances: 4 });
+        assert_eq!(s.delivery_allow_networks, vec!["127.0.0.0/8".to_owned(), "::1/128".to_owned()]);
+        let msg = invalid(Settings::load_from(
+            None,
+            env(&[("SLUICE_QUOTA_STORE_DOWN", "yolo"), ("SLUICE_DELIVERY_ALLOW_NETWORKS", "10.0.0.0/33")]),
+        ));
+        assert!(msg.contains("quota_store_down"), "{msg}");
+        assert!(msg.contains("'10.0.0.0/33' is not a CIDR"), "{msg}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 use sluice_app::model::{ComponentState, HealthView};
 use sluice_app::ssr::{BoxFuture, HealthCheck};
 use sluice_engine::db::Db;
+use sluice_engine::quota::{Limiter, StoreHealth};
 use tokio::sync::Mutex;
 
 /// How long a probe may take before the dependency counts as down. Short on
@@ -61,11 +62,12 @@ fn short(e: &redis::RedisError) -> String {
 pub struct Health {
     db: Db,
     redis: Option<Arc<RedisProbe>>,
+    limiter: Limiter,
 }
 
 impl Health {
-    pub fn new(db: Db, redis: Option<Arc<RedisProbe>>) -> Self {
-        Health { db, redis }
+    pub fn new(db: Db, redis: Option<Arc<RedisProbe>>, limiter: Limiter) -> Self {
+        Health { db, redis, limiter }
     }
 
     pub async fn report(&self) -> HealthView {
@@ -95,6 +97,12 @@ impl Health {
             database,
             quota_store: quota_store.to_owned(),
             redis,
+            quota_mode: match self.limiter.health() {
+                StoreHealth::Healthy => "healthy",
+                StoreHealth::Degraded => "degraded",
+                StoreHealth::Unavailable => "unavailable",
+            }
+            .to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
         }
     }

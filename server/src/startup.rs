@@ -3,12 +3,23 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use leptos::prelude::LeptosOptions;
 use sluice_app::ssr::AppContext;
+use sluice_engine::clock::{SharedClock, SystemClock};
 use sluice_engine::db::{Backend, Db, PoolSettings};
+use sluice_engine::delivery::ssrf::SsrfPolicy;
+use sluice_engine::delivery::{DeliveryStore, Worker, WorkerConfig};
+use sluice_engine::quota::rules_repo::RELOAD_EVERY;
+use sluice_engine::quota::{
+    FallbackStore, LazyRedisStore, Limiter, LimiterConfig, MemoryStore, QuotaStore, RedisSettings, RuleReloader,
+    RulesRepo,
+};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 use crate::config::{redact_url, Settings};
 use crate::health::{Health, RedisProbe};
@@ -46,7 +57,9 @@ impl Application {
             ))),
             None => None,
         };
-        let health = Arc::new(Health::new(db.clone(), redis));
+        let clock: SharedClock = Arc::new(SystemClock);
+        let limiter = build_limiter(&settings, &db, &clock).await?;
+        let health = Arc::new(Health::new(db.clone(), redis, limiter.clone()));
         let listener = TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("binding {}", settings.listen))?;
@@ -59,7 +72,11 @@ impl Application {
             .build();
         let state = AppState {
             settings: Arc::new(settings),
+            rules: RulesRepo::new(db.clone()),
+            deliveries: DeliveryStore::new(db.clone()),
             db,
+            clock,
+            limiter,
             health: health.clone(),
             leptos_options,
             prometheus: crate::telemetry::prometheus(),
@@ -77,16 +94,73 @@ impl Application {
         &self.state
     }
 
-    /// Serve until `shutdown` completes, then finish in-flight requests.
+    /// Serve and run the background workers until `shutdown` completes, then
+    /// finish in-flight requests and let the workers end their current step.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let router = crate::http::router(self.state.clone());
-        axum::serve(self.listener, router.into_make_service())
-            .with_graceful_shutdown(shutdown)
+        let state = self.state.clone();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stopped = move || {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }
+        };
+        let mut background = JoinSet::new();
+        let reloader = RuleReloader::new(state.rules.clone(), state.limiter.clone());
+        background.spawn(reloader.run(RELOAD_EVERY, stopped()));
+        if state.settings.delivery_worker {
+            let worker = Worker::new(state.deliveries.clone(), state.clock.clone(), worker_config(&state.settings)?)
+                .context("delivery worker settings")?;
+            let until = stopped();
+            background.spawn(async move { worker.run(until).await });
+        }
+        let router = crate::http::router(state.clone());
+        let signal_tx = stop_tx.clone();
+        let served = axum::serve(self.listener, router.into_make_service())
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                let _ = signal_tx.send(true);
+            })
             .await
-            .context("HTTP server failed")?;
-        self.state.db.close().await;
-        Ok(())
+            .context("HTTP server failed");
+        let _ = stop_tx.send(true);
+        while background.join_next().await.is_some() {}
+        state.db.close().await;
+        served
     }
+}
+
+/// The limiter for this deployment: in-process buckets in embedded mode; in
+/// distributed mode Redis, behind the configured store-down policy and
+/// connected lazily so an instance can start while Redis is down. The rule set
+/// comes from the database (the seeds' presets on a fresh database).
+async fn build_limiter(settings: &Settings, db: &Db, clock: &SharedClock) -> anyhow::Result<Limiter> {
+    let store: Arc<dyn QuotaStore> = match &settings.redis_url {
+        None => Arc::new(MemoryStore::new(clock.clone())),
+        Some(url) => {
+            let mut redis = RedisSettings::single(url, &settings.redis_prefix);
+            redis.cluster = settings.redis_cluster;
+            Arc::new(FallbackStore::new(
+                Arc::new(LazyRedisStore::new(redis)),
+                settings.quota_store_down,
+                clock.clone(),
+                Duration::from_millis(500),
+            ))
+        }
+    };
+    let rules = RulesRepo::new(db.clone());
+    if rules.version().await.context("reading limit rules")? == 0 {
+        let seeded = rules.seed_presets("sluice", clock.now()).await.context("seeding preset limit rules")?;
+        tracing::info!(seeded, "fresh database: preset limit rules created");
+    }
+    let registry = rules.load().await.context("loading limit rules")?;
+    Ok(Limiter::new(store, registry, clock.clone(), LimiterConfig::default()))
+}
+
+fn worker_config(settings: &Settings) -> anyhow::Result<WorkerConfig> {
+    let cidrs: Vec<&str> = settings.delivery_allow_networks.iter().map(String::as_str).collect();
+    let ssrf = SsrfPolicy::allowing(&cidrs).context("delivery_allow_networks")?;
+    Ok(WorkerConfig { ssrf, ..WorkerConfig::default() })
 }
 
 /// Completes on Ctrl-C or SIGTERM.

@@ -56,6 +56,14 @@ pub fn OverviewPage() -> impl IntoView {
     }
 }
 
+fn quota_mode_class(mode: &str) -> &'static str {
+    match mode {
+        "healthy" => "ok",
+        "degraded" => "warn",
+        _ => "bad",
+    }
+}
+
 #[component]
 fn HealthPanel(health: HealthView) -> impl IntoView {
     let ready = health.is_ready();
@@ -70,6 +78,9 @@ fn HealthPanel(health: HealthView) -> impl IntoView {
                 <h2>"Quota store"</h2>
                 <p class="big">{health.quota_store.clone()}</p>
                 <StatePill state=health.redis.clone()/>
+                <span class=format!("pill {}", quota_mode_class(&health.quota_mode)) data-testid="quota-mode">
+                    {health.quota_mode.clone()}
+                </span>
             </div>
             <div class="card">
                 <h2>"Readiness"</h2>

@@ -99,6 +99,7 @@
 
 pub mod decision;
 pub mod fallback;
+pub mod lazy;
 pub mod limiter;
 pub mod memory;
 pub mod redis;
@@ -110,6 +111,7 @@ pub mod store;
 
 pub use decision::{BucketState, Decision, Usage};
 pub use fallback::{FallbackStore, StorePolicy};
+pub use lazy::LazyRedisStore;
 pub use limiter::{
     Lease, Limiter, LimiterConfig, Outcome, Permit, QuotaError, QuotaRequest, RateLimitHeaders, Refusal,
 };

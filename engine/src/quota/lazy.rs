@@ -1,0 +1,114 @@
+//! A Redis store that connects on first use and keeps trying while Redis is
+//! down, so an instance can start during a Redis outage: until the first
+//! connection succeeds every call fails as `Unavailable`, and the
+//! [`super::FallbackStore`] around it applies the deployment's store-down
+//! policy. Once connected, [`super::RedisStore`]'s connection manager handles
+//! reconnects itself.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Mutex, OnceCell};
+
+use super::decision::Usage;
+use super::redis::{RedisSettings, RedisStore};
+use super::rule::Limit;
+use super::stats::{BucketKey, BucketStats, RefusalReason};
+use super::store::{DecideArgs, QuotaStore, StoreDecision, StoreError, StoreResult};
+
+/// Connect attempts are at most this frequent; calls in between fail fast.
+const CONNECT_EVERY: Duration = Duration::from_millis(500);
+
+pub struct LazyRedisStore {
+    settings: RedisSettings,
+    store: OnceCell<RedisStore>,
+    last_attempt: Mutex<Option<Instant>>,
+}
+
+impl fmt::Debug for LazyRedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LazyRedisStore")
+            .field("prefix", &self.settings.prefix)
+            .field("connected", &self.store.initialized())
+            .finish()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("not connected to Redis yet")]
+struct NotConnected;
+
+impl LazyRedisStore {
+    pub fn new(settings: RedisSettings) -> Self {
+        LazyRedisStore { settings, store: OnceCell::new(), last_attempt: Mutex::new(None) }
+    }
+
+    async fn get(&self) -> Result<&RedisStore, StoreError> {
+        if let Some(store) = self.store.get() {
+            return Ok(store);
+        }
+        {
+            let mut last = self.last_attempt.lock().await;
+            if last.is_some_and(|t| t.elapsed() < CONNECT_EVERY) {
+                return Err(StoreError::Unavailable(Box::new(NotConnected)));
+            }
+            *last = Some(Instant::now());
+        }
+        self.store
+            .get_or_try_init(|| async {
+                let store = RedisStore::connect(&self.settings).await;
+                match &store {
+                    Ok(_) => tracing::info!(prefix = %self.settings.prefix, "connected to Redis"),
+                    Err(e) => tracing::warn!(error = %e, "Redis not reachable yet"),
+                }
+                store
+            })
+            .await
+    }
+}
+
+impl QuotaStore for LazyRedisStore {
+    fn decide<'a>(&'a self, args: &'a DecideArgs) -> StoreResult<'a, StoreDecision> {
+        Box::pin(async move { self.get().await?.decide(args).await })
+    }
+
+    fn penalize<'a>(
+        &'a self,
+        key: &'a BucketKey,
+        limit: &'a Limit,
+        floor: Duration,
+        retry_after: Option<Duration>,
+    ) -> StoreResult<'a, Duration> {
+        Box::pin(async move { self.get().await?.penalize(key, limit, floor, retry_after).await })
+    }
+
+    fn observe<'a>(
+        &'a self,
+        key: &'a BucketKey,
+        limit: &'a Limit,
+        remaining: u64,
+        reset_in: Option<Duration>,
+    ) -> StoreResult<'a, ()> {
+        Box::pin(async move { self.get().await?.observe(key, limit, remaining, reset_in).await })
+    }
+
+    fn peek<'a>(&'a self, key: &'a BucketKey, limit: &'a Limit) -> StoreResult<'a, Usage> {
+        Box::pin(async move { self.get().await?.peek(key, limit).await })
+    }
+
+    fn release<'a>(&'a self, key: &'a BucketKey, lease: &'a str) -> StoreResult<'a, ()> {
+        Box::pin(async move { self.get().await?.release(key, lease).await })
+    }
+
+    fn record_refusal<'a>(&'a self, key: &'a BucketKey, reason: RefusalReason) -> StoreResult<'a, ()> {
+        Box::pin(async move { self.get().await?.record_refusal(key, reason).await })
+    }
+
+    fn stats<'a>(&'a self, key: &'a BucketKey) -> StoreResult<'a, BucketStats> {
+        Box::pin(async move { self.get().await?.stats(key).await })
+    }
+
+    fn list_buckets(&self) -> StoreResult<'_, Vec<BucketKey>> {
+        Box::pin(async move { self.get().await?.list_buckets().await })
+    }
+}

@@ -26,6 +26,13 @@ psql "$SLUICE_TEST_POSTGRES_URL" -qtAc \
   "SELECT 'DROP DATABASE IF EXISTS ' || datname || ';' FROM pg_database WHERE datname LIKE 'sluice\_t\_%' OR datname LIKE 'sluice\_e2e\_%'" \
   | psql "$SLUICE_TEST_POSTGRES_URL" -q >/dev/null 2>&1 || true
 
+# The browser build must compile none of the engine, sqlx, redis or tokio.
+if cargo tree -q -p sluice-app --target wasm32-unknown-unknown --no-default-features --features hydrate -e normal \
+    | grep -E '^[^a-z]*(sluice-engine|sqlx|redis|tokio) ' ; then
+  echo "the wasm client depends on server-only crates (above)" >&2
+  exit 1
+fi
+
 build_site
 
 log "building and running the Rust tests"

@@ -5,6 +5,7 @@
 //! [`config::Settings`]; tests build one on port 0 and talk to it over HTTP.
 
 pub mod config;
+pub mod demo;
 pub mod health;
 pub mod http;
 pub mod startup;

@@ -24,6 +24,9 @@ enum Command {
     Serve,
     /// Apply pending database migrations and exit.
     Migrate,
+    /// Serve with a mock marketplace, simulated workers, mock merchants and
+    /// an event generator, so every page shows live data.
+    Demo,
 }
 
 fn main() -> ExitCode {
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command.unwrap_or(Command::Serve) {
             Command::Serve => serve(settings).await,
+            Command::Demo => sluice::demo::run(settings).await,
             Command::Migrate => {
                 connect_and_migrate(&settings).await?;
                 println!("migrations applied to {}", redact_url(&settings.database_url));

@@ -1,0 +1,66 @@
+//! `sluice demo`: Sluice on the embedded default with live traffic, so every
+//! page shows moving numbers within seconds.
+//!
+//! - [`upstream`]: a mock marketplace API that enforces its own per-account
+//!   limit (fixed windows) and answers 429 with `application/problem+json`
+//!   and no `Retry-After`, like the WB feeds of seed 000, plus VTEX-style
+//!   `X-RateLimit-*` headers on success;
+//! - [`traffic`]: worker tasks calling it through the retry middleware and the
+//!   shared limiter, and an event generator handing webhook events over;
+//! - [`merchants`]: mock merchant endpoints: healthy, flaky (5xx), down, and one
+//!   that answers 4xx to money events.
+//!
+//! The mock servers are real HTTP servers on loopback, reused by the tests
+//! and the benchmark harness.
+
+pub mod merchants;
+pub mod traffic;
+pub mod upstream;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::task::JoinSet;
+
+use crate::config::Settings;
+use crate::startup::{shutdown_signal, Application};
+
+/// The demo's own limit rule scope, and the upstream's real limit.
+pub const DEMO_SCOPE: &str = "demo_market";
+pub const UPSTREAM_LIMIT_PER_SECOND: u32 = 10;
+
+/// Run the demo until Ctrl-C.
+pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
+    // The mock merchants live on loopback, which the SSRF guard refuses by
+    // default: the demo allows loopback explicitly, and says so.
+    for cidr in ["127.0.0.0/8", "::1/128"] {
+        if !settings.delivery_allow_networks.iter().any(|c| c == cidr) {
+            settings.delivery_allow_networks.push(cidr.to_owned());
+        }
+    }
+    tracing::warn!("demo mode: webhook deliveries to loopback addresses are allowed");
+    let app = Application::build(settings).await?;
+    let state = app.state().clone();
+    let upstream = upstream::MockUpstream::start(UPSTREAM_LIMIT_PER_SECOND, Duration::from_secs(1))
+        .await
+        .context("starting the mock marketplace API")?;
+    let merchants = merchants::MockMerchants::start().await.context("starting the mock merchant endpoints")?;
+    traffic::ensure_demo_rule(&state).await?;
+    let merchant_ids = traffic::ensure_demo_merchants(&state, &merchants).await?;
+
+    let mut tasks = JoinSet::new();
+    traffic::spawn_workers(&mut tasks, &state, upstream.base_url(), &["seller-1", "seller-2", "seller-3"], 2)?;
+    tasks.spawn(traffic::generate_events(state.clone(), merchant_ids, Duration::from_millis(400)));
+
+    println!("Sluice demo is running at http://{}", app.address());
+    println!("  mock marketplace API: {}", upstream.base_url());
+    println!("  mock merchants:       {}", merchants.base_url());
+    println!("  (no login yet: every page is open in this build)");
+    println!("Press Ctrl-C to stop.");
+    let result = app.run_until_stopped(shutdown_signal()).await;
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    upstream.stop();
+    merchants.stop();
+    result
+}

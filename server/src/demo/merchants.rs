@@ -13,7 +13,6 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
 use sluice_engine::delivery::money::is_money_event;
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 pub struct MockMerchants {
@@ -30,20 +29,11 @@ impl MockMerchants {
             .route("/flaky", post(flaky))
             .route("/rejects-money", post(rejects_money))
             .with_state(counter);
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let address = listener.local_addr()?;
+        let (address, stop) = super::serve_on_loopback(router).await?;
         // A port that was free a moment ago and that nobody listens on.
         let down = std::net::TcpListener::bind("127.0.0.1:0")?;
         let down_url = format!("http://{}/webhooks", down.local_addr()?);
         drop(down);
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
         Ok(MockMerchants { address, down_url, stop: Some(stop) })
     }
 

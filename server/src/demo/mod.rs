@@ -29,6 +29,24 @@ use crate::startup::{shutdown_signal, Application};
 pub const DEMO_SCOPE: &str = "demo_market";
 pub const UPSTREAM_LIMIT_PER_SECOND: u32 = 10;
 
+/// Serve `router` on a free loopback port until the returned sender fires
+/// (or is dropped).
+pub(crate) async fn serve_on_loopback(
+    router: axum::Router,
+) -> std::io::Result<(std::net::SocketAddr, tokio::sync::oneshot::Sender<()>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    Ok((address, stop))
+}
+
 /// Run the demo until Ctrl-C.
 pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
     // The mock merchants live on loopback, which the SSRF guard refuses by

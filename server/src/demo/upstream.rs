@@ -17,7 +17,6 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 #[derive(Default)]
@@ -55,16 +54,7 @@ impl MockUpstream {
         };
         let (served, rejected) = (state.served.clone(), state.rejected.clone());
         let router = Router::new().route("/api/{account}/{*rest}", any(handle)).with_state(state);
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let address = listener.local_addr()?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
+        let (address, stop) = super::serve_on_loopback(router).await?;
         Ok(MockUpstream { address, served, rejected, stop: Some(stop) })
     }
 

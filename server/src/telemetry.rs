@@ -60,3 +60,24 @@ pub async fn track_http(req: Request, next: Next) -> Response {
     metrics::histogram!("sluice_http_request_duration_seconds", &labels).record(started.elapsed().as_secs_f64());
     response
 }
+
+/// A permit granted by the API, with its booked wait.
+pub fn record_permit(wait_ms: u64) {
+    metrics::counter!("sluice_api_permit_decisions_total", "result" => "granted", "reason" => "").increment(1);
+    metrics::histogram!("sluice_api_permit_wait_seconds").record(wait_ms as f64 / 1000.0);
+}
+
+/// A permit refused by the API, by reason.
+pub fn record_refusal(reason: &'static str) {
+    metrics::counter!("sluice_api_permit_decisions_total", "result" => "refused", "reason" => reason).increment(1);
+}
+
+/// An upstream 429 reported through the API.
+pub fn record_penalty(scope: &str) {
+    metrics::counter!("sluice_api_penalties_total", "scope" => scope.to_owned()).increment(1);
+}
+
+/// A new event accepted through the API (duplicates not counted).
+pub fn record_event_accepted() {
+    metrics::counter!("sluice_api_events_accepted_total").increment(1);
+}

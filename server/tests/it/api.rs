@@ -101,6 +101,11 @@ async fn a_worker_token_cannot_write_limits() {
     let rule = json!({"scope": "s", "path": "/x", "algorithm": "token_bucket", "tokens": 5, "interval_ms": 1000});
     let (status, _, body) = api.post("/api/v1/limits", rule).await;
     assert_error(status, &body, StatusCode::FORBIDDEN, "forbidden");
+    // The scope is checked before the body is read.
+    let (status, _, body) = api.post("/api/v1/limits", json!({})).await;
+    assert_error(status, &body, StatusCode::FORBIDDEN, "forbidden");
+    let (status, _, body) = api.call(Method::DELETE, "/api/v1/limits/wb_feeds", Some(&api.worker), None).await;
+    assert_error(status, &body, StatusCode::FORBIDDEN, "forbidden");
 }
 
 async fn permits_are_granted_then_refused_with_a_rounded_up_retry_after(mode: Mode) {

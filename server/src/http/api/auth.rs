@@ -50,3 +50,18 @@ impl FromRequestParts<AppState> for Caller {
         }
     }
 }
+
+/// A caller with an admin token. Checked before the body is read, so a
+/// worker token gets 403 whatever it sends.
+#[derive(Debug, Clone)]
+pub struct AdminCaller(pub Caller);
+
+impl FromRequestParts<AppState> for AdminCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        caller.require(ApiScope::Admin)?;
+        Ok(AdminCaller(caller))
+    }
+}

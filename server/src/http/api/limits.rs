@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::auth::Caller;
+use super::auth::{AdminCaller, Caller};
 use super::error::{ApiError, ErrorOut, Json, Path};
 use crate::audit::{record, AuditEntry};
 use crate::state::AppState;
@@ -121,8 +121,7 @@ pub async fn list_limits(State(state): State<AppState>, caller: Caller) -> Resul
         (status = 409, description = "A rule for this scope, method and path exists", body = ErrorOut),
         (status = 422, description = "Invalid rule", body = ErrorOut),
         (status = 403, description = "Needs an admin token", body = ErrorOut)))]
-pub async fn create_limit(State(state): State<AppState>, caller: Caller, Json(input): Json<LimitIn>) -> Result<(StatusCode, Json<Rule>), ApiError> {
-    caller.require(ApiScope::Admin)?;
+pub async fn create_limit(State(state): State<AppState>, AdminCaller(caller): AdminCaller, Json(input): Json<LimitIn>) -> Result<(StatusCode, Json<Rule>), ApiError> {
     let rule = input.into_rule(RuleId::generate())?;
     let id = rule.id.clone();
     let change = state.rules.create(rule, &caller.0.name, state.clock.now()).await.map_err(repo_error)?;
@@ -139,11 +138,10 @@ pub async fn create_limit(State(state): State<AppState>, caller: Caller, Json(in
         (status = 403, description = "Needs an admin token", body = ErrorOut)))]
 pub async fn update_limit(
     State(state): State<AppState>,
-    caller: Caller,
+    AdminCaller(caller): AdminCaller,
     Path(id): Path<String>,
     Json(input): Json<LimitIn>,
 ) -> Result<Json<Rule>, ApiError> {
-    caller.require(ApiScope::Admin)?;
     let id = RuleId(id);
     let rule = input.into_rule(id.clone())?;
     let change = state.rules.update(rule, &caller.0.name, state.clock.now()).await.map_err(repo_error)?;
@@ -157,8 +155,7 @@ pub async fn update_limit(
     responses((status = 204, description = "Deleted"),
         (status = 404, description = "No such rule", body = ErrorOut),
         (status = 403, description = "Needs an admin token", body = ErrorOut)))]
-pub async fn delete_limit(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
-    caller.require(ApiScope::Admin)?;
+pub async fn delete_limit(State(state): State<AppState>, AdminCaller(caller): AdminCaller, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
     let id = RuleId(id);
     let change = state.rules.delete(&id, &caller.0.name, state.clock.now()).await.map_err(repo_error)?;
     after_change(&state, &caller, "limit.delete", &id, &change).await?;

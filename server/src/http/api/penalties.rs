@@ -67,15 +67,20 @@ pub struct PenaltyOut {
     pub observed: bool,
 }
 
-/// `Retry-After` as seconds or an HTTP date; `None` when it is neither.
+/// The longest `Retry-After` believed: a week. Longer (a date in 2099) is a
+/// broken upstream or a typo, and would silence the bucket for decades.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(7 * 86_400);
+
+/// `Retry-After` as seconds or an HTTP date; `None` when it is neither or beyond a week.
 fn parse_retry_after(value: &str, now: Timestamp) -> Option<Duration> {
     let value = value.trim();
     if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && (0.0..=86_400.0 * 7.0).contains(&secs)).then(|| Duration::from_secs_f64(secs));
+        return (secs.is_finite() && (0.0..=MAX_RETRY_AFTER.as_secs_f64()).contains(&secs)).then(|| Duration::from_secs_f64(secs));
     }
     let at = httpdate::parse_http_date(value).ok()?;
     let at_ms = i64::try_from(at.duration_since(UNIX_EPOCH).ok()?.as_millis()).ok()?;
-    Some(Duration::from_millis(at_ms.saturating_sub(now.as_millis()).max(0) as u64))
+    let wait = Duration::from_millis(at_ms.saturating_sub(now.as_millis()).max(0) as u64);
+    (wait <= MAX_RETRY_AFTER).then_some(wait)
 }
 
 #[utoipa::path(post, path = "/api/v1/penalties", tag = "quota", request_body = PenaltyIn,
@@ -96,7 +101,7 @@ pub async fn create_penalty(State(state): State<AppState>, caller: Caller, Json(
     let retry_after = match &input.retry_after {
         None => None,
         Some(v) => Some(parse_retry_after(&v.text(), now).ok_or_else(|| {
-            ApiError::invalid("invalid_input", "retry_after must be seconds (0 to 7 days) or an HTTP date")
+            ApiError::invalid("invalid_input", "retry_after must be seconds or an HTTP date, at most 7 days ahead")
         })?),
     };
     let remaining = input.rate_limit_remaining.as_ref().map(HeaderIn::text);
@@ -136,6 +141,7 @@ mod tests {
         assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:29:00 GMT", now), Some(Duration::from_secs(60)));
         assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:27:00 GMT", now), Some(Duration::ZERO));
         assert_eq!(parse_retry_after("-1", now), None);
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2099 07:28:00 GMT", now), None);
         assert_eq!(parse_retry_after("soon", now), None);
     }
 }

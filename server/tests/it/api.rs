@@ -11,7 +11,7 @@ use sluice_engine::delivery::ops::create_merchant;
 use sluice_engine::delivery::ssrf::SsrfPolicy;
 use sluice_engine::delivery::DeliveryStore;
 
-use crate::helpers::{spawn_app_with, Mode, TestApp};
+use crate::helpers::{closed_port, spawn_app_with, Mode, TestApp};
 
 const NOW: Timestamp = Timestamp::from_millis(1_700_000_000_000);
 
@@ -22,8 +22,14 @@ struct Api {
 }
 
 async fn spawn_api(mode: Mode) -> Api {
+    spawn_api_with(mode, &[]).await
+}
+
+async fn spawn_api_with(mode: Mode, extra: &[(&str, &str)]) -> Api {
     // No delivery worker: events stay PENDING and nothing is sent anywhere.
-    let app = spawn_app_with(mode, &[("SLUICE_DELIVERY_WORKER", "false")]).await;
+    let mut settings = vec![("SLUICE_DELIVERY_WORKER", "false")];
+    settings.extend_from_slice(extra);
+    let app = spawn_app_with(mode, &settings).await;
     let db = app.db.db();
     let (_, worker) = create_token(&db, "worker-1", ApiScope::Worker, NOW).await.expect("worker token");
     let (_, admin) = create_token(&db, "admin-1", ApiScope::Admin, NOW).await.expect("admin token");
@@ -466,4 +472,15 @@ fn token_add_prints_the_token_once_on_stdout_and_stores_only_its_hash() {
     assert!(!again.status.success(), "names are unique");
     let bad = run(&["token", "add", "--name", "x", "--scope", "root"]);
     assert_eq!(bad.status.code(), Some(2), "clap rejects an unknown scope");
+}
+
+#[tokio::test]
+async fn a_quota_store_outage_is_a_503_with_its_reason_when_failing_closed() {
+    let redis = format!("redis://127.0.0.1:{}", closed_port());
+    let api = spawn_api_with(Mode::Embedded, &[("REDIS_URL", &redis), ("SLUICE_QUOTA_STORE_DOWN", "fail_closed")]).await;
+    let (status, headers, body) = api.post("/api/v1/permits", feed_permit("down")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["granted"], false);
+    assert_eq!(body["reason"], "store_unavailable");
+    assert_eq!(headers["retry-after"], "1");
 }

@@ -444,7 +444,7 @@ async fn metrics_count_api_decisions_penalties_and_events() {
     api.post("/api/v1/permits", feed_permit("m1")).await;
     let text = api.app.get("/metrics").await.text().await.expect("metrics");
     assert!(text.contains("sluice_api_permit_decisions_total"), "{text}");
-    assert!(text.contains("sluice_api_permit_wait_seconds"), "{text}");
+    assert!(text.contains("sluice_api_permit_wait_seconds_bucket{le=\"120\"}"), "waits have their own buckets: {text}");
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! [`startup::Application`] wires everything from validated
 //! [`config::Settings`]; tests build one on port 0 and talk to it over HTTP.
 
+pub mod audit;
 pub mod config;
 pub mod demo;
 pub mod health;
@@ -11,3 +12,4 @@ pub mod http;
 pub mod startup;
 pub mod state;
 pub mod telemetry;
+pub mod tokens;

@@ -7,6 +7,8 @@ use clap::{Parser, Subcommand};
 use sluice::config::{redact_url, Settings};
 use sluice::startup::{connect_and_migrate, shutdown_signal, Application};
 use sluice::telemetry::init_tracing;
+use sluice::tokens::{create_token, revoke_token, ApiScope};
+use sluice_engine::clock::{Clock, SystemClock};
 
 #[derive(Parser)]
 #[command(name = "sluice", version, about = "Shared API quotas and webhook deliveries, kept honest.")]
@@ -27,6 +29,27 @@ enum Command {
     /// Serve with a mock marketplace, simulated workers, mock merchants and
     /// an event generator, so every page shows live data.
     Demo,
+    /// Manage API tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a token and print it once on stdout (only its hash is stored).
+    Add {
+        /// A unique name; it is the actor in the audit log.
+        #[arg(long)]
+        name: String,
+        /// `worker` (permits, penalties, events, leases, reads) or `admin` (also limit writes).
+        #[arg(long, value_parser = ["worker", "admin"])]
+        scope: String,
+    },
+    /// Revoke a token by name.
+    Revoke {
+        #[arg(long)]
+        name: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -55,6 +78,7 @@ fn main() -> ExitCode {
                 println!("migrations applied to {}", redact_url(&settings.database_url));
                 Ok(())
             }
+            Command::Token(cmd) => token(&settings, cmd).await,
         }
     });
     match result {
@@ -72,4 +96,25 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let app = Application::build(settings).await?;
     println!("Sluice is running at http://{}", app.address());
     app.run_until_stopped(shutdown_signal()).await
+}
+
+async fn token(settings: &Settings, cmd: TokenCommand) -> anyhow::Result<()> {
+    let db = connect_and_migrate(settings).await?;
+    let now = SystemClock.now();
+    match cmd {
+        TokenCommand::Add { name, scope } => {
+            let scope: ApiScope = scope.parse()?;
+            let (token, secret) = create_token(&db, &name, scope, now).await?;
+            eprintln!("created {} token '{}' ({}); it is shown only once:", token.scope, token.name, token.id);
+            println!("{}", secret.expose());
+        }
+        TokenCommand::Revoke { name } => {
+            if !revoke_token(&db, &name, now).await? {
+                anyhow::bail!("no live token named '{name}'");
+            }
+            eprintln!("revoked token '{name}'");
+        }
+    }
+    db.close().await;
+    Ok(())
 }

@@ -24,14 +24,21 @@ pub fn init_tracing(filter: &str, format: LogFormat) {
 /// Latency buckets in seconds, from sub-millisecond API calls to held permits.
 const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 
+/// Booked permit waits run from nothing to the wait ceiling (minutes for
+/// slow rules), far beyond request latencies.
+const PERMIT_WAIT_METRIC: &str = "sluice_api_permit_wait_seconds";
+const PERMIT_WAIT_BUCKETS: &[f64] = &[0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+
 /// The process-wide Prometheus recorder. Installed once; every `Application`
 /// in the process (tests start many) shares it.
 pub fn prometheus() -> PrometheusHandle {
     static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
     HANDLE
         .get_or_init(|| {
+            // Full-name matchers win over suffixes (the exporter sorts them first).
             let builder = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), LATENCY_BUCKETS)
+                .set_buckets_for_metric(Matcher::Full(PERMIT_WAIT_METRIC.to_owned()), PERMIT_WAIT_BUCKETS)
+                .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), LATENCY_BUCKETS))
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             match builder.install_recorder() {
                 Ok(handle) => handle,
@@ -59,4 +66,25 @@ pub async fn track_http(req: Request, next: Next) -> Response {
     metrics::counter!("sluice_http_requests_total", &labels).increment(1);
     metrics::histogram!("sluice_http_request_duration_seconds", &labels).record(started.elapsed().as_secs_f64());
     response
+}
+
+/// A permit granted by the API, with its booked wait.
+pub fn record_permit(wait_ms: u64) {
+    metrics::counter!("sluice_api_permit_decisions_total", "result" => "granted", "reason" => "").increment(1);
+    metrics::histogram!(PERMIT_WAIT_METRIC).record(wait_ms as f64 / 1000.0);
+}
+
+/// A permit refused by the API, by reason.
+pub fn record_refusal(reason: &'static str) {
+    metrics::counter!("sluice_api_permit_decisions_total", "result" => "refused", "reason" => reason).increment(1);
+}
+
+/// An upstream 429 reported through the API.
+pub fn record_penalty(scope: &str) {
+    metrics::counter!("sluice_api_penalties_total", "scope" => scope.to_owned()).increment(1);
+}
+
+/// A new event accepted through the API (duplicates not counted).
+pub fn record_event_accepted() {
+    metrics::counter!("sluice_api_events_accepted_total").increment(1);
 }

@@ -1,5 +1,6 @@
 //! HTTP routes. One router function per resource, merged in [`router`].
 
+pub mod api;
 pub mod ops;
 
 use axum::Router;
@@ -16,6 +17,7 @@ pub fn router(state: AppState) -> Router {
     let options = state.leptos_options.clone();
     Router::new()
         .merge(ops::router())
+        .merge(api::router())
         .leptos_routes_with_context(
             &state,
             routes,

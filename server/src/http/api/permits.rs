@@ -1,0 +1,142 @@
+//! `POST /api/v1/permits`: ask the limiter for a permit.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::header::RETRY_AFTER;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use sluice_engine::quota::{Outcome, RefusalReason};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::auth::Caller;
+use super::error::{ApiError, ErrorOut, Json};
+use super::leases::encode_lease_id;
+use super::quota_input::{no_rule, TargetIn};
+use crate::state::AppState;
+use crate::tokens::ApiScope;
+
+/// The longest wait a caller may ask for (rules allow at most one hour too).
+const MAX_WAIT_MS: u64 = 3_600_000;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(create_permit))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PermitIn {
+    pub account: Option<String>,
+    pub scope: String,
+    pub method: Option<String>,
+    pub path: String,
+    /// Tokens to spend (default 1; at most the rule's capacity).
+    pub cost: Option<u32>,
+    /// The longest acceptable wait; the rule's floor (interval + 5 s) still applies.
+    pub max_wait_ms: Option<u64>,
+    /// Hold the HTTP request for the booked wait instead of returning it.
+    #[serde(default)]
+    pub hold: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PermitOut {
+    /// Always true.
+    pub granted: bool,
+    /// Milliseconds to wait before sending (0 when the server held the request).
+    pub wait_ms: u64,
+    /// Milliseconds the server held the request (`hold: true`).
+    pub held_ms: u64,
+    /// For concurrency rules: give it back with `DELETE /api/v1/leases/{id}`.
+    pub lease_id: Option<String>,
+    /// The rule is in shadow mode (never blocks).
+    pub shadow: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RefusalOut {
+    /// Always false.
+    pub granted: bool,
+    /// `wait_ceiling_exceeded`, `concurrency_limit`, `store_unavailable`, `breaker_open`.
+    pub reason: String,
+    /// When a slot would be free; also sent as `Retry-After` in whole seconds, rounded up.
+    pub retry_after_ms: Option<u64>,
+}
+
+/// Round a duration up to whole milliseconds (never understate a wait).
+pub fn ceil_millis(d: Duration) -> u64 {
+    d.as_micros().div_ceil(1000) as u64
+}
+
+#[utoipa::path(post, path = "/api/v1/permits", tag = "quota", request_body = PermitIn,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Granted", body = PermitOut),
+        (status = 429, description = "Refused; see Retry-After", body = RefusalOut),
+        (status = 503, description = "Quota store unavailable", body = RefusalOut),
+        (status = 422, description = "No rule, bad cost or account", body = ErrorOut),
+        (status = 401, description = "Missing or wrong token", body = ErrorOut),
+    ))]
+pub async fn create_permit(State(state): State<AppState>, caller: Caller, Json(input): Json<PermitIn>) -> Result<Response, ApiError> {
+    caller.require(ApiScope::Worker)?;
+    let target = TargetIn { account: input.account, scope: input.scope, method: input.method, path: input.path };
+    let mut req = target.to_request()?.cost(input.cost.unwrap_or(1));
+    if let Some(ms) = input.max_wait_ms {
+        if ms > MAX_WAIT_MS {
+            return Err(ApiError::invalid("invalid_input", format!("max_wait_ms must be at most {MAX_WAIT_MS}")));
+        }
+        req = req.max_wait(Duration::from_millis(ms));
+    }
+    let outcome = if input.hold { state.limiter.acquire(&req).await? } else { state.limiter.reserve(&req).await? };
+    match outcome {
+        Outcome::Granted(permit) => {
+            let waited = ceil_millis(permit.wait);
+            crate::telemetry::record_permit(waited);
+            let out = PermitOut {
+                granted: true,
+                wait_ms: if input.hold { 0 } else { waited },
+                held_ms: if input.hold { waited } else { 0 },
+                lease_id: permit.lease.as_ref().map(encode_lease_id),
+                shadow: permit.shadow,
+            };
+            Ok(Json(out).into_response())
+        }
+        Outcome::Refused(refusal) => {
+            crate::telemetry::record_refusal(refusal.reason.as_str());
+            if refusal.reason == RefusalReason::NoRule {
+                return Err(no_rule(&target));
+            }
+            let status = if refusal.reason == RefusalReason::StoreUnavailable {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::TOO_MANY_REQUESTS
+            };
+            let out = RefusalOut {
+                granted: false,
+                reason: refusal.reason.as_str().to_owned(),
+                retry_after_ms: refusal.retry_after.map(ceil_millis),
+            };
+            let mut response = (status, Json(out)).into_response();
+            if let Some(secs) = refusal.retry_after_secs() {
+                response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(secs));
+            }
+            Ok(response)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_are_rounded_up_to_whole_milliseconds() {
+        assert_eq!(ceil_millis(Duration::from_micros(1)), 1);
+        assert_eq!(ceil_millis(Duration::from_micros(1000)), 1);
+        assert_eq!(ceil_millis(Duration::from_micros(1001)), 2);
+        assert_eq!(ceil_millis(Duration::ZERO), 0);
+    }
+}

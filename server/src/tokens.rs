@@ -1,0 +1,167 @@
+//! API tokens: created by admins (`sluice token add`), stored hashed, checked
+//! on every API request.
+//!
+//! Tokens are 256 bits from the OS RNG, so a plain SHA-256 is enough to store
+//! them: slow password hashes (argon2) exist to stop guessing low-entropy
+//! secrets, and nobody can guess 2^256 values. A fast hash also lets the
+//! lookup be one indexed equality query instead of a hash per stored token.
+
+use std::fmt;
+use std::str::FromStr;
+
+use sha2::{Digest, Sha256};
+use sluice_engine::clock::Timestamp;
+use sluice_engine::db::Db;
+use sqlx::Row;
+
+/// Prefix of every token, so a leaked one is easy to recognise (secret scanners).
+const TOKEN_PREFIX: &str = "slk_";
+/// How stale `last_used_at` may get before a request writes it again: one
+/// write per token per minute, not one per request.
+const LAST_USED_EVERY_MS: i64 = 60_000;
+
+/// What a token may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ApiScope {
+    /// Permits, penalties, events, leases and reads.
+    Worker,
+    /// Everything a worker may do, plus limit writes.
+    Admin,
+}
+
+impl ApiScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApiScope::Worker => "worker",
+            ApiScope::Admin => "admin",
+        }
+    }
+
+    /// Whether a token of this scope may do what `needed` allows.
+    pub fn allows(self, needed: ApiScope) -> bool {
+        self >= needed
+    }
+}
+
+impl fmt::Display for ApiScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ApiScope {
+    type Err = TokenError;
+    fn from_str(s: &str) -> Result<Self, TokenError> {
+        match s {
+            "worker" => Ok(ApiScope::Worker),
+            "admin" => Ok(ApiScope::Admin),
+            other => Err(TokenError::Scope(other.chars().take(40).collect())),
+        }
+    }
+}
+
+/// A stored token, without its secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiToken {
+    pub id: String,
+    pub name: String,
+    pub scope: ApiScope,
+    pub created_at: Timestamp,
+}
+
+/// The secret of a new token. Shown once; `Debug` does not print it.
+pub struct TokenSecret(String);
+
+impl TokenSecret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for TokenSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TokenSecret(<redacted>)")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("scope must be 'worker' or 'admin', got '{0}'")]
+    Scope(String),
+    #[error("name must be 1–100 characters")]
+    Name,
+    #[error("a token named '{0}' already exists")]
+    Duplicate(String),
+    #[error("database error")]
+    Db(#[from] sqlx::Error),
+}
+
+fn hash(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+/// Create a token; the secret is returned once and only its hash is stored.
+pub async fn create_token(db: &Db, name: &str, scope: ApiScope, now: Timestamp) -> Result<(ApiToken, TokenSecret), TokenError> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > 100 {
+        return Err(TokenError::Name);
+    }
+    // ThreadRng is a CSPRNG seeded from the OS.
+    let bytes: [u8; 32] = rand::random();
+    let secret = TokenSecret(format!("{TOKEN_PREFIX}{}", hex::encode(bytes)));
+    let token = ApiToken {
+        id: format!("tok_{}", ulid::Ulid::new().to_string().to_lowercase()),
+        name: name.to_owned(),
+        scope,
+        created_at: now,
+    };
+    sqlx::query("INSERT INTO api_tokens (id, name, scope, token_hash, created_at) VALUES ($1, $2, $3, $4, $5)")
+        .bind(&token.id)
+        .bind(&token.name)
+        .bind(scope.as_str())
+        .bind(hash(secret.expose()))
+        .bind(now.as_millis())
+        .execute(db.pool())
+        .await
+        .map_err(|e| match &e {
+            sqlx::Error::Database(d) if d.is_unique_violation() => TokenError::Duplicate(token.name.clone()),
+            _ => TokenError::Db(e),
+        })?;
+    Ok((token, secret))
+}
+
+/// The live (not revoked) token with this secret, if any; notes its use.
+pub async fn authenticate(db: &Db, secret: &str, now: Timestamp) -> Result<Option<ApiToken>, TokenError> {
+    let row = sqlx::query(
+        "SELECT id, name, scope, created_at FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL",
+    )
+    .bind(hash(secret))
+    .fetch_optional(db.pool())
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let scope: String = row.try_get("scope")?;
+    let Ok(scope) = scope.parse() else { return Ok(None) };
+    let token = ApiToken {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        scope,
+        created_at: Timestamp::from_millis(row.try_get("created_at")?),
+    };
+    sqlx::query("UPDATE api_tokens SET last_used_at = $1 WHERE id = $2 AND (last_used_at IS NULL OR last_used_at < $3)")
+        .bind(now.as_millis())
+        .bind(&token.id)
+        .bind(now.as_millis() - LAST_USED_EVERY_MS)
+        .execute(db.pool())
+        .await?;
+    Ok(Some(token))
+}
+
+/// Revoke a token by name; false when there is no live token of that name.
+pub async fn revoke_token(db: &Db, name: &str, now: Timestamp) -> Result<bool, TokenError> {
+    let done = sqlx::query("UPDATE api_tokens SET revoked_at = $1 WHERE name = $2 AND revoked_at IS NULL")
+        .bind(now.as_millis())
+        .bind(name)
+        .execute(db.pool())
+        .await?;
+    Ok(done.rows_affected() > 0)
+}

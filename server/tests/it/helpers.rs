@@ -65,7 +65,9 @@ pub async fn spawn_app_with(mode: Mode, extra: &[(&str, &str)]) -> TestApp {
         Mode::Embedded => TestDb::sqlite().await,
         Mode::Distributed => TestDb::postgres().await,
     };
-    let prefix = format!("t:{}", std::process::id());
+    // One prefix per test, not per process: tests in this binary run in parallel
+    // and must not share Redis buckets.
+    let prefix = format!("t:{}", ulid::Ulid::new());
     let mut env: Vec<(String, String)> = vec![
         ("SLUICE_LISTEN".into(), "127.0.0.1:0".into()),
         ("DATABASE_URL".into(), db.url.clone()),

@@ -48,7 +48,7 @@ pub struct Settings {
     pub quota_store_down: StorePolicy,
     pub redis_cluster: bool,
     /// CIDRs webhook deliveries may reach despite the SSRF guard.
-    pub delivery_allow_networks: Vec<String>,
+    pub delivery_allow_networks: Vec<ipnet::IpNet>,
     pub delivery_worker: bool,
 }
 
@@ -191,18 +191,13 @@ impl RawSettings {
                 StorePolicy::FailClosed
             }
         };
-        let delivery_allow_networks: Vec<String> = self
-            .delivery_allow_networks
-            .split(',')
-            .map(str::trim)
-            .filter(|c| !c.is_empty())
-            .map(str::to_owned)
-            .collect();
-        for cidr in &delivery_allow_networks {
-            if cidr.parse::<ipnet::IpNet>().is_err() {
-                errors.push(format!(
+        let mut delivery_allow_networks = Vec::new();
+        for cidr in self.delivery_allow_networks.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+            match cidr.parse::<ipnet::IpNet>() {
+                Ok(net) => delivery_allow_networks.push(net),
+                Err(_) => errors.push(format!(
                     "delivery_allow_networks (SLUICE_DELIVERY_ALLOW_NETWORKS): '{cidr}' is not a CIDR such as 10.0.0.0/8"
-                ));
+                )),
             }
         }
         match (errors.is_empty(), listen) {
@@ -355,7 +350,8 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(s.quota_store_down, StorePolicy::LocalFallback { expected_instances: 4 });
-        assert_eq!(s.delivery_allow_networks, vec!["127.0.0.0/8".to_owned(), "::1/128".to_owned()]);
+        let expected: Vec<ipnet::IpNet> = ["127.0.0.0/8", "::1/128"].iter().map(|c| c.parse().expect("cidr")).collect();
+        assert_eq!(s.delivery_allow_networks, expected);
         let msg = invalid(Settings::load_from(
             None,
             env(&[("SLUICE_QUOTA_STORE_DOWN", "yolo"), ("SLUICE_DELIVERY_ALLOW_NETWORKS", "10.0.0.0/33")]),

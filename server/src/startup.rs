@@ -109,7 +109,7 @@ impl Application {
         let reloader = RuleReloader::new(state.rules.clone(), state.limiter.clone());
         background.spawn(reloader.run(RELOAD_EVERY, stopped()));
         if state.settings.delivery_worker {
-            let worker = Worker::new(state.deliveries.clone(), state.clock.clone(), worker_config(&state.settings)?)
+            let worker = Worker::new(state.deliveries.clone(), state.clock.clone(), worker_config(&state.settings))
                 .context("delivery worker settings")?;
             let until = stopped();
             background.spawn(async move { worker.run(until).await });
@@ -157,10 +157,10 @@ async fn build_limiter(settings: &Settings, db: &Db, clock: &SharedClock) -> any
     Ok(Limiter::new(store, registry, clock.clone(), LimiterConfig::default()))
 }
 
-fn worker_config(settings: &Settings) -> anyhow::Result<WorkerConfig> {
-    let cidrs: Vec<&str> = settings.delivery_allow_networks.iter().map(String::as_str).collect();
-    let ssrf = SsrfPolicy::allowing(&cidrs).context("delivery_allow_networks")?;
-    Ok(WorkerConfig { ssrf, ..WorkerConfig::default() })
+fn worker_config(settings: &Settings) -> WorkerConfig {
+    // The allow-list was parsed and validated with the rest of the settings.
+    let ssrf = SsrfPolicy { allow: settings.delivery_allow_networks.clone() };
+    WorkerConfig { ssrf, ..WorkerConfig::default() }
 }
 
 /// Completes on Ctrl-C or SIGTERM.

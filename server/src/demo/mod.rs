@@ -29,6 +29,14 @@ use crate::startup::{shutdown_signal, Application};
 pub const DEMO_SCOPE: &str = "demo_market";
 pub const UPSTREAM_LIMIT_PER_SECOND: u32 = 10;
 
+/// The networks the demo's mock merchants live on: IPv4 and IPv6 loopback.
+pub(crate) fn loopback_networks() -> Vec<ipnet::IpNet> {
+    vec![
+        ipnet::IpNet::V4(ipnet::Ipv4Net::new(std::net::Ipv4Addr::LOCALHOST, 8).unwrap_or_default()),
+        ipnet::IpNet::V6(ipnet::Ipv6Net::new(std::net::Ipv6Addr::LOCALHOST, 128).unwrap_or_default()),
+    ]
+}
+
 /// Serve `router` on a free loopback port until the returned sender fires
 /// (or is dropped).
 pub(crate) async fn serve_on_loopback(
@@ -51,9 +59,9 @@ pub(crate) async fn serve_on_loopback(
 pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
     // The mock merchants live on loopback, which the SSRF guard refuses by
     // default: the demo allows loopback explicitly, and says so.
-    for cidr in ["127.0.0.0/8", "::1/128"] {
-        if !settings.delivery_allow_networks.iter().any(|c| c == cidr) {
-            settings.delivery_allow_networks.push(cidr.to_owned());
+    for net in loopback_networks() {
+        if !settings.delivery_allow_networks.contains(&net) {
+            settings.delivery_allow_networks.push(net);
         }
     }
     tracing::warn!("demo mode: webhook deliveries to loopback addresses are allowed");

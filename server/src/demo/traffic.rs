@@ -39,7 +39,7 @@ pub async fn ensure_demo_rule(state: &AppState) -> anyhow::Result<()> {
 /// One merchant per mock endpoint, created once (by name) and pointed at this
 /// run's ports.
 pub async fn ensure_demo_merchants(state: &AppState, mocks: &MockMerchants) -> anyhow::Result<Vec<MerchantId>> {
-    let ssrf = SsrfPolicy::allowing(&["127.0.0.0/8", "::1/128"]).context("loopback allow-list")?;
+    let ssrf = SsrfPolicy { allow: super::loopback_networks() };
     let existing = state.deliveries.list_merchants(state.clock.now(), &Default::default()).await?;
     let mut ids = Vec::new();
     for (name, url) in mocks.endpoints() {

@@ -38,31 +38,5 @@ build_site
 log "building and running the Rust tests"
 cargo test --workspace --no-fail-fast --locked 2>&1
 
-log "browser tests"
-E2E_DB="sluice_e2e_${RUN_ID}"
-E2E_PREFIX="e2e:${RUN_ID}"
-psql "$SLUICE_TEST_POSTGRES_URL" -qc "CREATE DATABASE ${E2E_DB}"
-E2E_PORT="$(free_port)"
-E2E_LOG="$ROOT/end2end/artifacts/sluice.log"
-mkdir -p "$ROOT/end2end/artifacts"
-SERVER_PID=""
-cleanup() {
-  [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
-  psql "$SLUICE_TEST_POSTGRES_URL" -qc "DROP DATABASE IF EXISTS ${E2E_DB}" >/dev/null 2>&1 || true
-  redis-cli -u "$SLUICE_TEST_REDIS_URL" --scan --pattern "${E2E_PREFIX}:*" | xargs -r redis-cli -u "$SLUICE_TEST_REDIS_URL" del >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-SLUICE_LISTEN="127.0.0.1:${E2E_PORT}" \
-DATABASE_URL="${SLUICE_TEST_POSTGRES_URL%/*}/${E2E_DB}" \
-REDIS_URL="$SLUICE_TEST_REDIS_URL" \
-SLUICE_REDIS_PREFIX="$E2E_PREFIX" \
-SLUICE_SITE_ROOT="$SITE_DIR" \
-  "$CARGO_TARGET_DIR/debug/sluice" serve >"$E2E_LOG" 2>&1 &
-SERVER_PID=$!
-for _ in $(seq 1 100); do
-  curl -fsS "http://127.0.0.1:${E2E_PORT}/healthz" >/dev/null 2>&1 && break
-  kill -0 "$SERVER_PID" 2>/dev/null || { cat "$E2E_LOG"; exit 1; }
-  sleep 0.2
-done
-(cd "$ROOT/end2end" && SLUICE_E2E_URL="http://127.0.0.1:${E2E_PORT}" npx playwright test)
+SLUICE_E2E_SKIP_SITE=1 bash "$ROOT/scripts/e2e.sh"
 log "all tests passed"

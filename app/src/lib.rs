@@ -6,6 +6,7 @@
 //! engine, sqlx, redis or tokio. Types that cross the wire are plain serde
 //! structs in [`model`]. One page per file in [`pages`].
 
+pub mod auth;
 pub mod components;
 pub mod model;
 pub mod pages;

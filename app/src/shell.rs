@@ -5,7 +5,8 @@ use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::components::{Route, Router, Routes, A};
 use leptos_router::{SsrMode, StaticSegment};
 
-use crate::pages::OverviewPage;
+use crate::auth::{current_user, LoginPage, Logout, Role, UserResource};
+use crate::pages::{OverviewPage, UsersPage};
 
 /// The whole document, rendered by the server around [`App`].
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -26,6 +27,18 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     }
 }
 
+/// One entry of the sidebar: the least role that sees it.
+struct NavItem {
+    href: &'static str,
+    label: &'static str,
+    role: Role,
+}
+
+const NAV: &[NavItem] = &[
+    NavItem { href: "/", label: "Overview", role: Role::Viewer },
+    NavItem { href: "/users", label: "Users & tokens", role: Role::Admin },
+];
+
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
@@ -33,6 +46,8 @@ pub fn App() -> impl IntoView {
     // for it, and it is how an operator's devtools tell SSR from hydrated.
     let hydrated = RwSignal::new(false);
     Effect::new(move |_| hydrated.set(true));
+    let user: UserResource = Resource::new(|| (), |_| current_user());
+    provide_context(user);
 
     view! {
         <Stylesheet id="sluice" href="/pkg/sluice.css"/>
@@ -41,17 +56,43 @@ pub fn App() -> impl IntoView {
             <div class="frame" data-hydrated=move || hydrated.get().to_string()>
                 <nav class="sidebar">
                     <a class="brand" href="/">"Sluice"</a>
-                    <ul>
-                        <li><A href="/">"Overview"</A></li>
-                    </ul>
+                    <Transition fallback=|| ()>
+                        {move || user.get().and_then(|r| r.ok()).flatten().map(|me| {
+                            let links = NAV
+                                .iter()
+                                .filter(|item| me.role.allows(item.role))
+                                .map(|item| view! { <li><A href=item.href>{item.label}</A></li> })
+                                .collect_view();
+                            view! {
+                                <ul>{links}</ul>
+                                <UserBox username=me.username.clone() role=me.role/>
+                            }
+                        })}
+                    </Transition>
                 </nav>
                 <main class="content">
                     <Routes fallback=|| view! { <NotFound/> }>
                         <Route path=StaticSegment("") view=OverviewPage ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("login") view=LoginPage/>
+                        <Route path=StaticSegment("users") view=UsersPage ssr=SsrMode::Async/>
                     </Routes>
                 </main>
             </div>
         </Router>
+    }
+}
+
+#[component]
+fn UserBox(username: String, role: Role) -> impl IntoView {
+    let logout = ServerAction::<Logout>::new();
+    view! {
+        <div class="userbox" data-testid="userbox">
+            <span class="who">{username}</span>
+            <span class="pill muted">{role.as_str()}</span>
+            <ActionForm action=logout>
+                <button type="submit" class="link" data-testid="logout">"Sign out"</button>
+            </ActionForm>
+        </div>
     }
 }
 

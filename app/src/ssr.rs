@@ -1,13 +1,20 @@
 //! Server-side services for server functions. The server binary builds an
 //! [`AppContext`] at startup and provides it to every request; server
-//! functions fetch it with [`context`] and call one engine or repository
-//! function each.
+//! functions fetch it with [`context`], check the caller's role with
+//! [`auth::require`] and call one engine or repository function each.
+
+pub mod auth;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use leptos::prelude::*;
+use sluice_engine::clock::SharedClock;
+use sluice_engine::db::Db;
+use sluice_engine::delivery::ssrf::SsrfPolicy;
+use sluice_engine::delivery::DeliveryStore;
+use sluice_engine::quota::{Limiter, RulesRepo};
 
 use crate::model::HealthView;
 
@@ -20,10 +27,24 @@ pub trait HealthCheck: Send + Sync {
     fn check(&self) -> BoxFuture<'_, HealthView>;
 }
 
-/// Everything server functions may use.
+/// Everything server functions may use: the same engine handles the HTTP API
+/// uses, so the UI and the API validate and audit alike.
 #[derive(Clone)]
 pub struct AppContext {
-    health: Arc<dyn HealthCheck>,
+    pub health: Arc<dyn HealthCheck>,
+    pub db: Db,
+    pub clock: SharedClock,
+    /// The shared-quota limiter (its rules, buckets and statistics).
+    pub limiter: Limiter,
+    /// Limit rules in the database; edits reach every instance through the reloader.
+    pub rules: RulesRepo,
+    /// The webhook outbox, merchants and their breakers.
+    pub deliveries: DeliveryStore,
+    /// Which merchant URLs may be delivered to (validated on merchant edits).
+    pub ssrf: SsrfPolicy,
+    /// Throttles login attempts per username: Sluice's own limiter, with a
+    /// fixed rule ([`auth::login_rule`]) on the same store as the quotas.
+    pub login_limiter: Limiter,
 }
 
 impl std::fmt::Debug for AppContext {
@@ -33,10 +54,6 @@ impl std::fmt::Debug for AppContext {
 }
 
 impl AppContext {
-    pub fn new(health: Arc<dyn HealthCheck>) -> Self {
-        AppContext { health }
-    }
-
     pub async fn health(&self) -> HealthView {
         self.health.check().await
     }
@@ -45,4 +62,10 @@ impl AppContext {
 /// The request's [`AppContext`], or an error if the server forgot to provide it.
 pub fn context() -> Result<AppContext, ServerFnError> {
     use_context::<AppContext>().ok_or_else(|| ServerFnError::new("application context missing"))
+}
+
+/// Log an internal error and give the browser a message without its details.
+pub fn internal(what: &str, error: impl std::fmt::Display) -> ServerFnError {
+    tracing::error!(error = %error, "{what}");
+    ServerFnError::new(format!("{what}; the server log has the details"))
 }

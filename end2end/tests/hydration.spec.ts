@@ -1,9 +1,11 @@
 import { expect, test } from '@playwright/test';
 import { OverviewPage } from '../pages/overview';
+import { credentials, signIn } from '../pages/login';
 
 test('the server-rendered overview hydrates and its clock ticks in the browser', async ({ page }) => {
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(e.message));
+  await signIn(page, 'viewer');
   const overview = new OverviewPage(page);
   await overview.open();
   await overview.waitForHydration();
@@ -17,6 +19,11 @@ test('the server-rendered overview hydrates and its clock ticks in the browser',
 test('the overview is readable without JavaScript', async ({ browser }) => {
   const context = await browser.newContext({ javaScriptEnabled: false });
   const page = await context.newPage();
+  // Without JavaScript the login form is a plain HTML form post.
+  await page.goto('/login');
+  await page.getByLabel('Username').fill(credentials('viewer').username);
+  await page.getByLabel('Password').fill(credentials('viewer').password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
   const overview = new OverviewPage(page);
   await overview.open();
   await expect(overview.database).toContainText('up');

@@ -15,3 +15,6 @@ pub mod simulator;
 pub mod breaker;
 pub mod retry;
 pub mod delivery;
+pub mod audit;
+pub mod tokens;
+pub mod users;

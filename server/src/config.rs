@@ -31,6 +31,7 @@ struct RawSettings {
     redis_cluster: bool,
     delivery_allow_networks: String,
     delivery_worker: bool,
+    session_secure_cookie: bool,
 }
 
 /// Validated settings.
@@ -50,6 +51,8 @@ pub struct Settings {
     /// CIDRs webhook deliveries may reach despite the SSRF guard.
     pub delivery_allow_networks: Vec<ipnet::IpNet>,
     pub delivery_worker: bool,
+    /// Mark the session cookie `Secure` (set when served over HTTPS).
+    pub session_secure_cookie: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -215,6 +218,7 @@ impl RawSettings {
                 redis_cluster: self.redis_cluster,
                 delivery_allow_networks,
                 delivery_worker: self.delivery_worker,
+                session_secure_cookie: self.session_secure_cookie,
             }),
             _ => Err(ConfigError::Invalid(errors)),
         }
@@ -249,6 +253,7 @@ impl fmt::Debug for Settings {
             .field("redis_cluster", &self.redis_cluster)
             .field("delivery_allow_networks", &self.delivery_allow_networks)
             .field("delivery_worker", &self.delivery_worker)
+            .field("session_secure_cookie", &self.session_secure_cookie)
             .finish()
     }
 }

@@ -4,12 +4,11 @@
 //! [`startup::Application`] wires everything from validated
 //! [`config::Settings`]; tests build one on port 0 and talk to it over HTTP.
 
-pub mod audit;
 pub mod config;
 pub mod demo;
 pub mod health;
 pub mod http;
+pub mod sessions;
 pub mod startup;
 pub mod state;
 pub mod telemetry;
-pub mod tokens;

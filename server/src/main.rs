@@ -5,10 +5,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use sluice::config::{redact_url, Settings};
-use sluice::startup::{connect_and_migrate, shutdown_signal, Application};
+use sluice::startup::{connect_and_migrate, ensure_first_admin, shutdown_signal, Application};
 use sluice::telemetry::init_tracing;
-use sluice::tokens::{create_token, revoke_token, ApiScope};
+use sluice_engine::tokens::{create_token, revoke_token, ApiScope};
+use sluice_engine::audit::{self, AuditEntry};
 use sluice_engine::clock::{Clock, SystemClock};
+use sluice_engine::users;
 
 #[derive(Parser)]
 #[command(name = "sluice", version, about = "Shared API quotas and webhook deliveries, kept honest.")]
@@ -32,6 +34,45 @@ enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Manage the people who sign in to the web application.
+    #[command(subcommand)]
+    User(UserCommand),
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Create a user. The password is read from stdin with --password-stdin;
+    /// otherwise one is generated and printed once on stdout.
+    Add {
+        #[arg(long)]
+        username: String,
+        #[arg(long, value_parser = ["viewer", "support", "admin"])]
+        role: String,
+        /// Read the password from the first line of stdin.
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// Set a new password (from stdin with --password-stdin, else generated and printed).
+    Passwd {
+        #[arg(long)]
+        username: String,
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// Change a user's role.
+    Role {
+        #[arg(long)]
+        username: String,
+        #[arg(long, value_parser = ["viewer", "support", "admin"])]
+        role: String,
+    },
+    /// Remove a user.
+    Remove {
+        #[arg(long)]
+        username: String,
+    },
+    /// List users.
+    List,
 }
 
 #[derive(Subcommand)]
@@ -79,6 +120,7 @@ fn main() -> ExitCode {
                 Ok(())
             }
             Command::Token(cmd) => token(&settings, cmd).await,
+            Command::User(cmd) => user(&settings, cmd).await,
         }
     });
     match result {
@@ -94,6 +136,10 @@ fn main() -> ExitCode {
 async fn serve(settings: Settings) -> anyhow::Result<()> {
     tracing::info!(settings = ?settings, "starting");
     let app = Application::build(settings).await?;
+    if let Some((username, password)) = ensure_first_admin(&app.state().db, SystemClock.now()).await? {
+        println!("First start: created the admin user '{username}' with password {password}");
+        println!("(shown only this once; add people with `sluice user add` or on the Users page)");
+    }
     println!("Sluice is running at http://{}", app.address());
     app.run_until_stopped(shutdown_signal()).await
 }
@@ -116,5 +162,74 @@ async fn token(settings: &Settings, cmd: TokenCommand) -> anyhow::Result<()> {
         }
     }
     db.close().await;
+    Ok(())
+}
+
+/// The password for `user add` / `user passwd`: stdin's first line, or a
+/// generated one (then `Some` so it can be printed once).
+fn password_input(from_stdin: bool) -> anyhow::Result<(String, bool)> {
+    if from_stdin {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line)?;
+        Ok((line.trim_end_matches(['\r', '\n']).to_owned(), false))
+    } else {
+        Ok((users::generate_password(), true))
+    }
+}
+
+async fn user(settings: &Settings, cmd: UserCommand) -> anyhow::Result<()> {
+    let db = connect_and_migrate(settings).await?;
+    let now = SystemClock.now();
+    match cmd {
+        UserCommand::Add { username, role, password_stdin } => {
+            let role: users::Role = role.parse()?;
+            let (password, generated) = password_input(password_stdin)?;
+            let user = users::create_user(&db, &username, &password, role, now).await?;
+            audit_user(&db, "user.create", &user, None, Some(&user), now).await?;
+            eprintln!("created {} user '{}'", user.role, user.username);
+            if generated {
+                eprintln!("password (shown only once):");
+                println!("{password}");
+            }
+        }
+        UserCommand::Passwd { username, password_stdin } => {
+            let (password, generated) = password_input(password_stdin)?;
+            let user = users::set_password(&db, &username, &password).await?;
+            audit_user(&db, "user.password", &user, None, None, now).await?;
+            eprintln!("password of '{}' changed", user.username);
+            if generated {
+                println!("{password}");
+            }
+        }
+        UserCommand::Role { username, role } => {
+            let (before, after) = users::set_role(&db, &username, role.parse()?).await?;
+            audit_user(&db, "user.role", &after, Some(&before), Some(&after), now).await?;
+            eprintln!("'{}' is now {}", after.username, after.role);
+        }
+        UserCommand::Remove { username } => {
+            let user = users::delete_user(&db, &username).await?;
+            audit_user(&db, "user.delete", &user, Some(&user), None, now).await?;
+            eprintln!("removed '{}'", user.username);
+        }
+        UserCommand::List => {
+            for u in users::list_users(&db).await? {
+                println!("{}\t{}", u.username, u.role);
+            }
+        }
+    }
+    db.close().await;
+    Ok(())
+}
+
+async fn audit_user(
+    db: &sluice_engine::db::Db,
+    action: &str,
+    user: &users::User,
+    before: Option<&users::User>,
+    after: Option<&users::User>,
+    now: sluice_engine::clock::Timestamp,
+) -> anyhow::Result<()> {
+    let entry = AuditEntry { actor: "cli", action, target: &user.id, before, after, reason: None };
+    audit::record(db, entry, now).await?;
     Ok(())
 }

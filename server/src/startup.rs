@@ -15,7 +15,7 @@ use sluice_engine::delivery::{DeliveryStore, Worker, WorkerConfig};
 use sluice_engine::quota::rules_repo::RELOAD_EVERY;
 use sluice_engine::quota::{
     FallbackStore, LazyRedisStore, Limiter, LimiterConfig, MemoryStore, QuotaStore, RedisSettings, RuleReloader,
-    RulesRepo,
+    RuleRegistry, RulesRepo,
 };
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -24,6 +24,26 @@ use tokio::task::JoinSet;
 use crate::config::{redact_url, Settings};
 use crate::health::{Health, RedisProbe};
 use crate::state::AppState;
+
+/// How often expired web sessions are deleted.
+const SESSION_SWEEP_EVERY: Duration = Duration::from_secs(600);
+
+/// On a database without users, create `admin` with a random password and
+/// return the credentials so the caller can print them once. Later starts
+/// return `None`; more users come from `sluice user add` or the Users page.
+pub async fn ensure_first_admin(db: &Db, now: sluice_engine::clock::Timestamp) -> anyhow::Result<Option<(String, String)>> {
+    use sluice_engine::users;
+    if users::count_users(db).await.context("counting users")? > 0 {
+        return Ok(None);
+    }
+    let password = users::generate_password();
+    match users::create_user(db, "admin", &password, users::Role::Admin, now).await {
+        Ok(_) => Ok(Some(("admin".to_owned(), password))),
+        // Another instance starting at the same moment created it first.
+        Err(users::UserError::Duplicate(_)) => Ok(None),
+        Err(e) => Err(e).context("creating the first admin"),
+    }
+}
 
 /// A built application: connected, migrated and bound, not yet serving.
 pub struct Application {
@@ -58,7 +78,14 @@ impl Application {
             None => None,
         };
         let clock: SharedClock = Arc::new(SystemClock);
-        let limiter = build_limiter(&settings, &db, &clock).await?;
+        let store = build_quota_store(&settings, &clock);
+        let limiter = build_limiter(store.clone(), &db, &clock).await?;
+        let login_limiter = Limiter::new(
+            store,
+            RuleRegistry::new([sluice_app::ssr::auth::login_rule()]),
+            clock.clone(),
+            LimiterConfig::default(),
+        );
         let health = Arc::new(Health::new(db.clone(), redis, limiter.clone()));
         let listener = TcpListener::bind(settings.listen)
             .await
@@ -70,17 +97,29 @@ impl Application {
             .site_pkg_dir("pkg")
             .site_addr(address)
             .build();
+        let rules = RulesRepo::new(db.clone());
+        let deliveries = DeliveryStore::new(db.clone());
+        let app_context = AppContext {
+            health: health.clone(),
+            db: db.clone(),
+            clock: clock.clone(),
+            limiter: limiter.clone(),
+            rules: rules.clone(),
+            deliveries: deliveries.clone(),
+            ssrf: SsrfPolicy { allow: settings.delivery_allow_networks.clone() },
+            login_limiter,
+        };
         let state = AppState {
             settings: Arc::new(settings),
-            rules: RulesRepo::new(db.clone()),
-            deliveries: DeliveryStore::new(db.clone()),
+            rules,
+            deliveries,
             db,
             clock,
             limiter,
-            health: health.clone(),
+            health,
             leptos_options,
             prometheus: crate::telemetry::prometheus(),
-            app_context: AppContext::new(health),
+            app_context,
         };
         Ok(Application { listener, address, state })
     }
@@ -114,6 +153,21 @@ impl Application {
             let until = stopped();
             background.spawn(async move { worker.run(until).await });
         }
+        let sessions = crate::sessions::DbSessionStore::new(state.db.clone());
+        let until = stopped();
+        background.spawn(async move {
+            use tower_sessions::session_store::ExpiredDeletion;
+            tokio::pin!(until);
+            loop {
+                if let Err(e) = sessions.delete_expired().await {
+                    tracing::warn!(error = %e, "deleting expired sessions failed");
+                }
+                tokio::select! {
+                    () = &mut until => break,
+                    () = tokio::time::sleep(SESSION_SWEEP_EVERY) => {}
+                }
+            }
+        });
         let router = crate::http::router(state.clone());
         let signal_tx = stop_tx.clone();
         let served = axum::serve(self.listener, router.into_make_service())
@@ -130,12 +184,11 @@ impl Application {
     }
 }
 
-/// The limiter for this deployment: in-process buckets in embedded mode; in
-/// distributed mode Redis, behind the configured store-down policy and
-/// connected lazily so an instance can start while Redis is down. The rule set
-/// comes from the database (the seeds' presets on a fresh database).
-async fn build_limiter(settings: &Settings, db: &Db, clock: &SharedClock) -> anyhow::Result<Limiter> {
-    let store: Arc<dyn QuotaStore> = match &settings.redis_url {
+/// The quota store for this deployment: in-process buckets in embedded mode;
+/// in distributed mode Redis, behind the configured store-down policy and
+/// connected lazily so an instance can start while Redis is down.
+fn build_quota_store(settings: &Settings, clock: &SharedClock) -> Arc<dyn QuotaStore> {
+    match &settings.redis_url {
         None => Arc::new(MemoryStore::new(clock.clone())),
         Some(url) => {
             let mut redis = RedisSettings::single(url, &settings.redis_prefix);
@@ -147,7 +200,12 @@ async fn build_limiter(settings: &Settings, db: &Db, clock: &SharedClock) -> any
                 Duration::from_millis(500),
             ))
         }
-    };
+    }
+}
+
+/// The limiter over `store`, with the rule set from the database (the seeds'
+/// presets on a fresh database).
+async fn build_limiter(store: Arc<dyn QuotaStore>, db: &Db, clock: &SharedClock) -> anyhow::Result<Limiter> {
     let rules = RulesRepo::new(db.clone());
     if rules.version().await.context("reading limit rules")? == 0 {
         let seeded = rules.seed_presets("sluice", clock.now()).await.context("seeding preset limit rules")?;

@@ -11,8 +11,9 @@ use crate::model::HealthView;
 /// How often the page re-reads its numbers once hydrated.
 const REFRESH_EVERY_SECS: u32 = 5;
 
-#[server]
+#[server(prefix = "/ui", endpoint = "health")]
 pub async fn get_health() -> Result<HealthView, ServerFnError> {
+    crate::ssr::auth::require(crate::auth::Role::Viewer).await?;
     let ctx = crate::ssr::context()?;
     Ok(ctx.health().await)
 }

@@ -1,6 +1,7 @@
 //! HTTP routes. One router function per resource, merged in [`router`].
 
 pub mod api;
+pub mod guard;
 pub mod ops;
 
 use axum::Router;
@@ -25,6 +26,9 @@ pub fn router(state: AppState) -> Router {
             move || shell(options.clone()),
         )
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .layer(axum::middleware::from_fn(guard::require_login))
+        .layer(crate::sessions::layer(state.db.clone(), state.settings.session_secure_cookie))
+        .layer(axum::middleware::from_fn(guard::reject_cross_site_writes))
         .layer(axum::middleware::from_fn(crate::telemetry::track_http))
         .with_state(state)
 }

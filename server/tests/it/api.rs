@@ -3,7 +3,7 @@
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use sluice::tokens::{create_token, revoke_token, ApiScope};
+use sluice_engine::tokens::{create_token, revoke_token, ApiScope};
 use sluice_engine::clock::Timestamp;
 use sluice_engine::delivery::breaker::BreakerConfig;
 use sluice_engine::delivery::model::{MerchantIn, SigningScheme};

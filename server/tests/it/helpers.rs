@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 use sluice::config::Settings;
 use sluice::startup::Application;
+use sluice_engine::clock::{Clock, SystemClock};
 use sluice_engine::db::testing::TestDb;
+pub use sluice_engine::users::{self, Role};
 use tokio::sync::oneshot;
 
 pub const TEST_REDIS_URL_DEFAULT: &str = "redis://127.0.0.1:6379";
@@ -48,6 +50,40 @@ impl TestApp {
 
     pub async fn get(&self, path: &str) -> reqwest::Response {
         self.client.get(self.url(path)).send().await.expect("request failed")
+    }
+
+    /// A client signed in as a new user with `role` (cookies kept; redirects
+    /// not followed; `Origin` set like a browser on our own pages).
+    pub async fn signed_in(&self, role: Role) -> reqwest::Client {
+        let username = format!("{}-{}", role.as_str(), ulid::Ulid::new().to_string().to_lowercase());
+        let password = "a test password";
+        users::create_user(&self.db.db(), &username, password, role, SystemClock.now()).await.expect("create user");
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(reqwest::header::ORIGIN, self.url("").parse().expect("origin header"));
+        let client = reqwest::Client::builder()
+            .cookie_store(true)
+            .default_headers(headers)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("client");
+        let resp = client
+            .post(self.url("/ui/login"))
+            .form(&[("username", username.as_str()), ("password", password)])
+            .send()
+            .await
+            .expect("login request");
+        assert!(resp.status().is_success() || resp.status().is_redirection(), "login failed: {}", resp.status());
+        client
+    }
+
+    /// GET `path` as a freshly signed-in user with `role`.
+    pub async fn get_as(&self, role: Role, path: &str) -> reqwest::Response {
+        self.signed_in(role).await.get(self.url(path)).send().await.expect("request failed")
+    }
+
+    /// POST a server function (form-encoded arguments) with `client`.
+    pub async fn call(&self, client: &reqwest::Client, endpoint: &str, form: &[(&str, &str)]) -> reqwest::Response {
+        client.post(self.url(endpoint)).form(form).send().await.expect("server function request")
     }
 }
 

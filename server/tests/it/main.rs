@@ -2,6 +2,7 @@
 //! on port 0 and its own database.
 
 mod api;
+mod auth;
 mod cli;
 mod helpers;
 mod ops;

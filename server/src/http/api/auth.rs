@@ -6,7 +6,7 @@ use axum::http::request::Parts;
 
 use super::error::ApiError;
 use crate::state::AppState;
-use crate::tokens::{authenticate, ApiScope, ApiToken};
+use sluice_engine::tokens::{authenticate, ApiScope, ApiToken};
 
 /// The authenticated caller. Taking it as an argument makes a route need a
 /// live token; [`Caller::require`] checks the scope.

@@ -13,7 +13,7 @@ use super::auth::Caller;
 use super::error::{ApiError, ErrorOut, Json};
 use super::permits::ceil_millis;
 use crate::state::AppState;
-use crate::tokens::ApiScope;
+use sluice_engine::tokens::ApiScope;
 
 /// At most this many buckets per answer (each costs a store round trip).
 const MAX_BUCKETS: usize = 500;

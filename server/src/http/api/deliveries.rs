@@ -12,7 +12,7 @@ use utoipa_axum::routes;
 use super::auth::Caller;
 use super::error::{ApiError, ErrorOut, Json, Path};
 use crate::state::AppState;
-use crate::tokens::ApiScope;
+use sluice_engine::tokens::ApiScope;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(get_delivery)).routes(routes!(list_breakers))

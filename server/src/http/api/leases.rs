@@ -15,7 +15,7 @@ use utoipa_axum::routes;
 use super::auth::Caller;
 use super::error::{ApiError, ErrorOut, Path};
 use crate::state::AppState;
-use crate::tokens::ApiScope;
+use sluice_engine::tokens::ApiScope;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(delete_lease))

@@ -14,9 +14,9 @@ use utoipa_axum::routes;
 
 use super::auth::{AdminCaller, Caller};
 use super::error::{ApiError, ErrorOut, Json, Path};
-use crate::audit::{record, AuditEntry};
+use sluice_engine::audit::{record, AuditEntry};
 use crate::state::AppState;
-use crate::tokens::ApiScope;
+use sluice_engine::tokens::ApiScope;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list_limits, create_limit)).routes(routes!(update_limit, delete_limit))
@@ -98,6 +98,7 @@ async fn after_change(state: &AppState, caller: &Caller, action: &str, target: &
         target: target.as_str(),
         before: change.before.as_ref(),
         after: change.after.as_ref(),
+        reason: None,
     };
     record(&state.db, entry, state.clock.now()).await.map_err(|e| ApiError::internal("writing the audit log", &e))?;
     if let Err(e) = RuleReloader::new(state.rules.clone(), state.limiter.clone()).run_once().await {

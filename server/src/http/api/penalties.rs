@@ -15,7 +15,7 @@ use super::error::{ApiError, ErrorOut, Json};
 use super::permits::ceil_millis;
 use super::quota_input::{no_rule, TargetIn};
 use crate::state::AppState;
-use crate::tokens::ApiScope;
+use sluice_engine::tokens::ApiScope;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(create_penalty))

@@ -17,7 +17,7 @@ use super::error::{ApiError, ErrorOut, Json};
 use super::leases::encode_lease_id;
 use super::quota_input::{no_rule, TargetIn};
 use crate::state::AppState;
-use crate::tokens::ApiScope;
+use sluice_engine::tokens::ApiScope;
 
 /// The longest wait a caller may ask for (rules allow at most one hour too).
 const MAX_WAIT_MS: u64 = 3_600_000;

@@ -2,8 +2,8 @@
 //! when, what and the record before and after.
 
 use serde::Serialize;
-use sluice_engine::clock::Timestamp;
-use sluice_engine::db::Db;
+use crate::clock::Timestamp;
+use crate::db::Db;
 
 /// One change to record.
 #[derive(Debug)]
@@ -15,6 +15,8 @@ pub struct AuditEntry<'a, T: Serialize> {
     pub target: &'a str,
     pub before: Option<&'a T>,
     pub after: Option<&'a T>,
+    /// Why, when the person gave a reason (breaker resets ask for one).
+    pub reason: Option<&'a str>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +31,8 @@ pub async fn record<T: Serialize>(db: &Db, entry: AuditEntry<'_, T>, now: Timest
     let before = entry.before.map(serde_json::to_string).transpose()?;
     let after = entry.after.map(serde_json::to_string).transpose()?;
     sqlx::query(
-        "INSERT INTO audit_log (id, at, actor, action, target, before_json, after_json) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        "INSERT INTO audit_log (id, at, actor, action, target, before_json, after_json, reason) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(format!("aud_{}", ulid::Ulid::new().to_string().to_lowercase()))
     .bind(now.as_millis())
@@ -38,6 +41,7 @@ pub async fn record<T: Serialize>(db: &Db, entry: AuditEntry<'_, T>, now: Timest
     .bind(entry.target)
     .bind(before)
     .bind(after)
+    .bind(entry.reason)
     .execute(db.pool())
     .await?;
     Ok(())

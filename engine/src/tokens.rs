@@ -10,8 +10,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use sha2::{Digest, Sha256};
-use sluice_engine::clock::Timestamp;
-use sluice_engine::db::Db;
+use crate::clock::Timestamp;
+use crate::db::Db;
 use sqlx::Row;
 
 /// Prefix of every token, so a leaked one is easy to recognise (secret scanners).
@@ -164,4 +164,37 @@ pub async fn revoke_token(db: &Db, name: &str, now: Timestamp) -> Result<bool, T
         .execute(db.pool())
         .await?;
     Ok(done.rows_affected() > 0)
+}
+
+/// A token as the admin page lists it (never the secret or its hash).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenInfo {
+    pub token: ApiToken,
+    pub last_used_at: Option<Timestamp>,
+    pub revoked_at: Option<Timestamp>,
+}
+
+/// Every token, live ones first, newest first.
+pub async fn list_tokens(db: &Db) -> Result<Vec<TokenInfo>, TokenError> {
+    let rows = sqlx::query(
+        "SELECT id, name, scope, created_at, last_used_at, revoked_at FROM api_tokens \
+         ORDER BY CASE WHEN revoked_at IS NULL THEN 0 ELSE 1 END, created_at DESC, id DESC",
+    )
+    .fetch_all(db.pool())
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let scope: String = row.try_get("scope")?;
+            Ok(TokenInfo {
+                token: ApiToken {
+                    id: row.try_get("id")?,
+                    name: row.try_get("name")?,
+                    scope: scope.parse()?,
+                    created_at: Timestamp::from_millis(row.try_get("created_at")?),
+                },
+                last_used_at: row.try_get::<Option<i64>, _>("last_used_at")?.map(Timestamp::from_millis),
+                revoked_at: row.try_get::<Option<i64>, _>("revoked_at")?.map(Timestamp::from_millis),
+            })
+        })
+        .collect()
 }

@@ -1,0 +1,110 @@
+//! Who is signed in, and the login page.
+//!
+//! Roles are enforced on the server: every server function starts with
+//! [`crate::ssr::auth::require`], and the server redirects page requests
+//! without a session to `/login`. The browser only uses the role to hide
+//! buttons the server would refuse anyway.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
+use serde::{Deserialize, Serialize};
+
+/// What a person may do: `viewer` < `support` < `admin` (the engine's roles,
+/// mirrored here because the wasm build does not link the engine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Viewer,
+    Support,
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Support => "support",
+            Role::Admin => "admin",
+        }
+    }
+
+    pub fn allows(self, needed: Role) -> bool {
+        self >= needed
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The signed-in person, as pages see them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionUser {
+    pub username: String,
+    pub role: Role,
+}
+
+/// The signed-in user, or `None`.
+#[server(prefix = "/ui", endpoint = "me")]
+pub async fn current_user() -> Result<Option<SessionUser>, ServerFnError> {
+    crate::ssr::auth::current_user().await
+}
+
+/// Check a username and password; on success rotate the session id, store the
+/// user and redirect to `next` (a local path) or the overview. Attempts are
+/// throttled per username with Sluice's own limiter.
+#[server(prefix = "/ui", endpoint = "login")]
+pub async fn login(username: String, password: String, next: Option<String>) -> Result<(), ServerFnError> {
+    crate::ssr::auth::login(&username, &password, next.as_deref()).await
+}
+
+/// End the session and go to the login page.
+#[server(prefix = "/ui", endpoint = "logout")]
+pub async fn logout() -> Result<(), ServerFnError> {
+    crate::ssr::auth::logout().await
+}
+
+/// The signed-in user as a resource, provided once by the shell.
+pub type UserResource = Resource<Result<Option<SessionUser>, ServerFnError>>;
+
+/// The signed-in user's role, if known yet: for showing or hiding controls.
+pub fn use_role() -> Signal<Option<Role>> {
+    let user = use_context::<UserResource>();
+    Signal::derive(move || user.and_then(|u| u.get()).and_then(|r| r.ok()).flatten().map(|u| u.role))
+}
+
+/// Strip the "error running server function:" wrapper from a server error.
+pub fn error_text(e: &ServerFnError) -> String {
+    match e {
+        ServerFnError::ServerError(msg) => msg.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[component]
+pub fn LoginPage() -> impl IntoView {
+    let action = ServerAction::<Login>::new();
+    let query = use_query_map();
+    let next = move || query.with(|q| q.get("next")).unwrap_or_default();
+    let error = move || action.value().get().and_then(|r| r.err()).map(|e| error_text(&e));
+    view! {
+        <Title text="Sign in"/>
+        <section class="login">
+            <h1>"Sign in to Sluice"</h1>
+            <ActionForm action=action attr:class="form" attr:data-testid="login-form">
+                <input type="hidden" name="next" value=next/>
+                <label>"Username"
+                    <input type="text" name="username" autocomplete="username" required autofocus/>
+                </label>
+                <label>"Password"
+                    <input type="password" name="password" autocomplete="current-password" required/>
+                </label>
+                <button type="submit" class="primary" disabled=move || action.pending().get()>"Sign in"</button>
+                {move || error().map(|e| view! { <p class="error" role="alert" data-testid="login-error">{e}</p> })}
+            </ActionForm>
+        </section>
+    }
+}

@@ -1,0 +1,50 @@
+import { expect, type Page } from '@playwright/test';
+
+/** The roles scripts/test.sh creates users for before the browser tests. */
+export type Role = 'viewer' | 'support' | 'admin';
+
+export function credentials(role: Role): { username: string; password: string } {
+  const username = process.env[`E2E_${role.toUpperCase()}_USER`];
+  const password = process.env[`E2E_${role.toUpperCase()}_PASSWORD`];
+  if (!username || !password) throw new Error(`E2E_${role.toUpperCase()}_USER/PASSWORD not set (scripts/test.sh sets them)`);
+  return { username, password };
+}
+
+/** An API token scripts/test.sh created (`worker` or `admin` scope). */
+export function apiToken(scope: 'worker' | 'admin'): string {
+  const token = process.env[`E2E_${scope.toUpperCase()}_TOKEN`];
+  if (!token) throw new Error(`E2E_${scope.toUpperCase()}_TOKEN not set (scripts/test.sh sets it)`);
+  return token;
+}
+
+/** The sign-in page. */
+export class LoginPage {
+  constructor(readonly page: Page) {}
+
+  async open(next?: string) {
+    await this.page.goto(next ? `/login?next=${encodeURIComponent(next)}` : '/login');
+    await expect(this.page.getByRole('heading', { name: 'Sign in to Sluice' })).toBeVisible();
+  }
+
+  async submit(username: string, password: string) {
+    await this.page.getByLabel('Username').fill(username);
+    await this.page.getByLabel('Password').fill(password);
+    await this.page.getByRole('button', { name: 'Sign in' }).click();
+  }
+
+  error() {
+    return this.page.getByTestId('login-error');
+  }
+}
+
+/**
+ * Sign in as the test user of `role` and land on `next` (default the
+ * overview). Waits until the sidebar shows who is signed in.
+ */
+export async function signIn(page: Page, role: Role, next = '/') {
+  const { username, password } = credentials(role);
+  const login = new LoginPage(page);
+  await login.open(next);
+  await login.submit(username, password);
+  await expect(page.getByTestId('userbox')).toContainText(username);
+}

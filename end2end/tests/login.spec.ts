@@ -1,0 +1,18 @@
+import { expect, test } from '@playwright/test';
+import { credentials, LoginPage, signIn } from '../pages/login';
+
+test('a page asked for without a session leads to the login and back', async ({ page }) => {
+  await page.goto('/');
+  await expect(page).toHaveURL(/\/login\?next=%2F$/);
+  const login = new LoginPage(page);
+  await login.submit(credentials('viewer').username, 'not the password');
+  await expect(login.error()).toHaveText('wrong username or password');
+  await page.screenshot({ path: 'artifacts/login.png', fullPage: true });
+  await signIn(page, 'viewer');
+  await expect(page).toHaveURL(/\/$/);
+  await expect(page.getByRole('heading', { level: 1, name: 'Overview' })).toBeVisible();
+  await page.getByTestId('logout').click();
+  await expect(page).toHaveURL(/\/login/);
+  await page.goto('/');
+  await expect(page).toHaveURL(/\/login/);
+});

@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod components;
+pub mod live;
 pub mod model;
 pub mod pages;
 pub mod shell;

@@ -3,10 +3,10 @@
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::components::{Route, Router, Routes, A};
-use leptos_router::{SsrMode, StaticSegment};
+use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
 use crate::auth::{current_user, LoginPage, Logout, Role, UserResource};
-use crate::pages::{OverviewPage, UsersPage};
+use crate::pages::{OverviewPage, QuotaAccountPage, QuotasPage, UsersPage};
 
 /// The whole document, rendered by the server around [`App`].
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -36,6 +36,7 @@ struct NavItem {
 
 const NAV: &[NavItem] = &[
     NavItem { href: "/", label: "Overview", role: Role::Viewer },
+    NavItem { href: "/quotas", label: "Quotas", role: Role::Viewer },
     NavItem { href: "/users", label: "Users & tokens", role: Role::Admin },
 ];
 
@@ -75,6 +76,12 @@ pub fn App() -> impl IntoView {
                         <Route path=StaticSegment("") view=OverviewPage ssr=SsrMode::Async/>
                         <Route path=StaticSegment("login") view=LoginPage/>
                         <Route path=StaticSegment("users") view=UsersPage ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("quotas") view=QuotasPage ssr=SsrMode::Async/>
+                        <Route
+                            path=(StaticSegment("quotas"), ParamSegment("account"))
+                            view=QuotaAccountPage
+                            ssr=SsrMode::Async
+                        />
                     </Routes>
                 </main>
             </div>

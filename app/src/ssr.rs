@@ -4,6 +4,8 @@
 //! [`auth::require`] and call one engine or repository function each.
 
 pub mod auth;
+pub mod charts;
+pub mod quotas;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,6 +16,7 @@ use sluice_engine::clock::SharedClock;
 use sluice_engine::db::Db;
 use sluice_engine::delivery::ssrf::SsrfPolicy;
 use sluice_engine::delivery::DeliveryStore;
+use sluice_engine::quota::history::QuotaHistory;
 use sluice_engine::quota::{Limiter, RulesRepo};
 
 use crate::model::HealthView;
@@ -45,6 +48,8 @@ pub struct AppContext {
     /// Throttles login attempts per username: Sluice's own limiter, with a
     /// fixed rule ([`auth::login_rule`]) on the same store as the quotas.
     pub login_limiter: Limiter,
+    /// Sampled quota counters: the Quotas charts and the Overview's last hour.
+    pub history: QuotaHistory,
 }
 
 impl std::fmt::Debug for AppContext {

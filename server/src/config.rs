@@ -32,6 +32,7 @@ struct RawSettings {
     delivery_allow_networks: String,
     delivery_worker: bool,
     session_secure_cookie: bool,
+    quota_sample_every_secs: u64,
 }
 
 /// Validated settings.
@@ -53,6 +54,8 @@ pub struct Settings {
     pub delivery_worker: bool,
     /// Mark the session cookie `Secure` (set when served over HTTPS).
     pub session_secure_cookie: bool,
+    /// How often the quota history sampler records the limiter's counters.
+    pub quota_sample_every: std::time::Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,6 +197,12 @@ impl RawSettings {
                 StorePolicy::FailClosed
             }
         };
+        if !(1..=3600).contains(&self.quota_sample_every_secs) {
+            errors.push(format!(
+                "quota_sample_every_secs (SLUICE_QUOTA_SAMPLE_EVERY_SECS): {} is not between 1 and 3600",
+                self.quota_sample_every_secs
+            ));
+        }
         let mut delivery_allow_networks = Vec::new();
         for cidr in self.delivery_allow_networks.split(',').map(str::trim).filter(|c| !c.is_empty()) {
             match cidr.parse::<ipnet::IpNet>() {
@@ -219,6 +228,7 @@ impl RawSettings {
                 delivery_allow_networks,
                 delivery_worker: self.delivery_worker,
                 session_secure_cookie: self.session_secure_cookie,
+                quota_sample_every: std::time::Duration::from_secs(self.quota_sample_every_secs),
             }),
             _ => Err(ConfigError::Invalid(errors)),
         }
@@ -254,6 +264,7 @@ impl fmt::Debug for Settings {
             .field("delivery_allow_networks", &self.delivery_allow_networks)
             .field("delivery_worker", &self.delivery_worker)
             .field("session_secure_cookie", &self.session_secure_cookie)
+            .field("quota_sample_every", &self.quota_sample_every)
             .finish()
     }
 }

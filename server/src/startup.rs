@@ -12,6 +12,7 @@ use sluice_engine::clock::{SharedClock, SystemClock};
 use sluice_engine::db::{Backend, Db, PoolSettings};
 use sluice_engine::delivery::ssrf::SsrfPolicy;
 use sluice_engine::delivery::{DeliveryStore, Worker, WorkerConfig};
+use sluice_engine::quota::history::{HistoryConfig, QuotaHistory};
 use sluice_engine::quota::rules_repo::RELOAD_EVERY;
 use sluice_engine::quota::{
     FallbackStore, LazyRedisStore, Limiter, LimiterConfig, MemoryStore, QuotaStore, RedisSettings, RuleReloader,
@@ -108,6 +109,10 @@ impl Application {
             deliveries: deliveries.clone(),
             ssrf: SsrfPolicy { allow: settings.delivery_allow_networks.clone() },
             login_limiter,
+            history: QuotaHistory::new(
+                db.clone(),
+                HistoryConfig { every: settings.quota_sample_every, ..HistoryConfig::default() },
+            ),
         };
         let state = AppState {
             settings: Arc::new(settings),
@@ -147,6 +152,11 @@ impl Application {
         let mut background = JoinSet::new();
         let reloader = RuleReloader::new(state.rules.clone(), state.limiter.clone());
         background.spawn(reloader.run(RELOAD_EVERY, stopped()));
+        // Every instance runs the sampler; the slot claim lets one of them
+        // record each interval.
+        let instance = format!("sluice_{}", ulid::Ulid::new().to_string().to_lowercase());
+        let history = state.app_context.history.clone();
+        background.spawn(history.run(state.limiter.clone(), instance, stopped()));
         if state.settings.delivery_worker {
             let worker = Worker::new(state.deliveries.clone(), state.clock.clone(), worker_config(&state.settings))
                 .context("delivery worker settings")?;

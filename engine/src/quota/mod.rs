@@ -99,6 +99,7 @@
 
 pub mod decision;
 pub mod fallback;
+pub mod history;
 pub mod lazy;
 pub mod limiter;
 pub mod memory;

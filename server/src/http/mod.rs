@@ -3,6 +3,7 @@
 pub mod api;
 pub mod guard;
 pub mod ops;
+pub mod stream;
 
 use axum::Router;
 use leptos::prelude::provide_context;
@@ -19,6 +20,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(ops::router())
         .merge(api::router())
+        .merge(stream::router())
         .leptos_routes_with_context(
             &state,
             routes,

@@ -1,0 +1,272 @@
+//! Quotas: every (account, rule) bucket with its usage and counters, searched
+//! by account (`?account=`, a plain GET form, so it works without
+//! JavaScript) and paged. Once hydrated the table follows the server-sent
+//! stream `GET /ui/stream/quotas` and pauses while the tab is hidden.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
+use serde::{Deserialize, Serialize};
+
+use crate::auth::error_text;
+use crate::live::{use_live, LiveIndicator};
+
+/// Rows per page: a page's numbers cost two store reads per row.
+pub const PAGE_SIZE: usize = 50;
+
+/// One (account, rule) bucket.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BucketRow {
+    pub account: String,
+    pub scope: String,
+    pub rule: String,
+    /// Tokens a request could take now; `None` when the rule is gone.
+    pub remaining: Option<u64>,
+    pub capacity: Option<u64>,
+    /// How long a cost-1 request arriving now would wait, ms.
+    pub next_in_ms: Option<u64>,
+    /// Permits granted since the bucket's counters started.
+    pub grants: u64,
+    /// Average over the last 5 minutes of history; `None` without history.
+    pub per_minute: Option<f64>,
+    pub wait_p50_ms: Option<u64>,
+    pub wait_p95_ms: Option<u64>,
+    /// Non-zero refusal counts by reason (`wait_ceiling_exceeded`, …).
+    pub refusals: Vec<(String, u64)>,
+    /// Upstream 429s reported for the bucket.
+    pub penalties: u64,
+    /// Last decision, Unix ms.
+    pub last_at_ms: i64,
+}
+
+impl BucketRow {
+    /// Tokens in use (capacity − remaining).
+    pub fn used(&self) -> Option<u64> {
+        Some(self.capacity?.saturating_sub(self.remaining?))
+    }
+}
+
+/// One page of the Quotas table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QuotasView {
+    /// The account search the page answers.
+    pub account: String,
+    pub page: u32,
+    pub pages: u32,
+    /// Buckets matching the search (all pages).
+    pub total: u64,
+    pub rows: Vec<BucketRow>,
+    /// When the numbers were read, Unix ms.
+    pub at_ms: i64,
+    /// The limiter's store: `healthy`, `degraded` or `unavailable`.
+    pub quota_mode: String,
+}
+
+/// The per-account page: the account's buckets and two charts (SVG drawn on
+/// the server with plotters).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AccountView {
+    pub account: String,
+    pub hours: u32,
+    /// Sampling slots in the period (0: no history yet).
+    pub samples: u64,
+    pub usage_svg: String,
+    pub penalties_svg: String,
+    pub table: QuotasView,
+}
+
+#[server(prefix = "/ui", endpoint = "quotas/list")]
+pub async fn list_quotas(account: Option<String>, page: Option<u32>) -> Result<QuotasView, ServerFnError> {
+    crate::ssr::auth::require(crate::auth::Role::Viewer).await?;
+    let ctx = crate::ssr::context()?;
+    let q = crate::ssr::quotas::TableQuery::parse(account.as_deref(), false, page);
+    crate::ssr::quotas::table(&ctx, &q).await
+}
+
+/// Charts cover 1, 6 or 24 hours.
+pub fn chart_hours(asked: Option<u32>) -> u32 {
+    match asked {
+        Some(h) if h >= 24 => 24,
+        Some(h) if h >= 6 => 6,
+        _ => 1,
+    }
+}
+
+#[server(prefix = "/ui", endpoint = "quotas/account")]
+pub async fn account_quotas(account: String, hours: Option<u32>) -> Result<AccountView, ServerFnError> {
+    crate::ssr::auth::require(crate::auth::Role::Viewer).await?;
+    let ctx = crate::ssr::context()?;
+    crate::ssr::quotas::account(&ctx, account.trim(), chart_hours(hours)).await
+}
+
+/// Percent-encode a value for a URL path segment or query.
+pub fn url_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+pub fn fmt_ms(ms: Option<u64>) -> String {
+    match ms {
+        None => "—".to_owned(),
+        Some(ms) if ms < 1_000 => format!("{ms} ms"),
+        Some(ms) if ms < 60_000 => format!("{:.1} s", ms as f64 / 1000.0),
+        Some(ms) => format!("{:.1} min", ms as f64 / 60_000.0),
+    }
+}
+
+fn fmt_opt(n: Option<u64>) -> String {
+    n.map_or_else(|| "—".to_owned(), |n| n.to_string())
+}
+
+fn fmt_rate(r: Option<f64>) -> String {
+    match r {
+        None => "—".to_owned(),
+        Some(r) if r >= 100.0 || r == 0.0 => format!("{r:.0}"),
+        Some(r) => format!("{r:.1}"),
+    }
+}
+
+fn quotas_url(account: &str, page: u32) -> String {
+    match (account.is_empty(), page) {
+        (true, 1) => "/quotas".to_owned(),
+        (true, p) => format!("/quotas?page={p}"),
+        (false, 1) => format!("/quotas?account={}", url_encode(account)),
+        (false, p) => format!("/quotas?account={}&page={p}", url_encode(account)),
+    }
+}
+
+#[component]
+pub fn QuotasPage() -> impl IntoView {
+    let query = use_query_map();
+    let search = Memo::new(move |_| {
+        query.with(|q| (q.get("account").unwrap_or_default(), q.get("page").and_then(|p| p.parse::<u32>().ok())))
+    });
+    let data = Resource::new(move || search.get(), |(account, page)| list_quotas(Some(account), page));
+    // Updates from the stream replace the server-rendered page.
+    let latest = RwSignal::new(None::<QuotasView>);
+    let stream_url = Memo::new(move |_| {
+        let (account, page) = search.get();
+        format!("/ui/stream/quotas?account={}&page={}", url_encode(&account), page.unwrap_or(1))
+    });
+    Effect::new(move |_| {
+        search.track();
+        latest.set(None);
+    });
+    let live = use_live(stream_url, "quotas", move |v: QuotasView| latest.set(Some(v)));
+
+    view! {
+        <Title text="Quotas"/>
+        <header class="page-header">
+            <h1>"Quotas"</h1>
+            <LiveIndicator live/>
+        </header>
+        <form class="search" method="get" action="/quotas" role="search">
+            <label for="account-search">"Account"</label>
+            <input id="account-search" type="search" name="account" placeholder="part of an account name"
+                prop:value=move || search.get().0/>
+            <button type="submit">"Search"</button>
+        </form>
+        <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
+            {move || {
+                let shown = latest.get().map(Ok).or_else(|| data.get());
+                shown.map(|r| match r {
+                    Ok(v) => view! { <QuotasTable view=v/> }.into_any(),
+                    Err(e) => view! { <p class="error">"Could not read the quotas: " {error_text(&e)}</p> }.into_any(),
+                })
+            }}
+        </Transition>
+    }
+}
+
+#[component]
+fn QuotasTable(view: QuotasView) -> impl IntoView {
+    let QuotasView { account, page, pages, total, rows, quota_mode, .. } = view;
+    let degraded = quota_mode != "healthy";
+    let prev = (page > 1).then(|| quotas_url(&account, page - 1));
+    let next = (page < pages).then(|| quotas_url(&account, page + 1));
+    let first = (page as usize - 1) * PAGE_SIZE + 1;
+    let last = first + rows.len() - usize::from(!rows.is_empty());
+    view! {
+        <Show when=move || degraded>
+            <p class="pill warn" data-testid="quota-mode">"quota store " {quota_mode.clone()}</p>
+        </Show>
+        <p class="muted" data-testid="quota-count">
+            {if total == 0 {
+                if account.is_empty() { "No buckets yet: they appear with the first permit.".to_owned() }
+                else { format!("No bucket of an account matching “{account}”.") }
+            } else {
+                format!("{first}–{last} of {total} buckets")
+            }}
+        </p>
+        <BucketTable rows link_accounts=true/>
+        <nav class="pager">
+            {prev.map(|href| view! { <a href=href rel="prev">"← previous"</a> })}
+            <span class="muted">{format!("page {page} of {pages}")}</span>
+            {next.map(|href| view! { <a href=href rel="next">"next →"</a> })}
+        </nav>
+    }
+}
+
+/// The bucket table, shared by the Quotas and per-account pages.
+#[component]
+pub fn BucketTable(rows: Vec<BucketRow>, link_accounts: bool) -> impl IntoView {
+    let body = rows
+        .into_iter()
+        .map(|r| {
+            let account_cell = if link_accounts {
+                view! { <a href=format!("/quotas/{}", url_encode(&r.account))>{r.account.clone()}</a> }.into_any()
+            } else {
+                view! { <span>{r.account.clone()}</span> }.into_any()
+            };
+            let refusals = if r.refusals.is_empty() {
+                "0".to_owned()
+            } else {
+                r.refusals.iter().map(|(why, n)| format!("{why} {n}")).collect::<Vec<_>>().join(", ")
+            };
+            let refused_class = if r.refusals.is_empty() { "num" } else { "num warn" };
+            let penalty_class = if r.penalties == 0 { "num" } else { "num warn" };
+            view! {
+                <tr data-testid="bucket-row" data-account=r.account.clone() data-rule=r.rule.clone()>
+                    <td>{account_cell}</td>
+                    <td>{r.scope.clone()}</td>
+                    <td><code>{r.rule.clone()}</code></td>
+                    <td class="num" data-testid="used">{fmt_opt(r.used())} " / " {fmt_opt(r.capacity)}</td>
+                    <td class="num" data-testid="remaining">{fmt_opt(r.remaining)}</td>
+                    <td class="num" data-testid="grants">{r.grants}</td>
+                    <td class="num" data-testid="per-minute">{fmt_rate(r.per_minute)}</td>
+                    <td class="num" data-testid="wait-p50">{fmt_ms(r.wait_p50_ms)}</td>
+                    <td class="num" data-testid="wait-p95">{fmt_ms(r.wait_p95_ms)}</td>
+                    <td class=refused_class data-testid="refusals">{refusals}</td>
+                    <td class=penalty_class data-testid="penalties">{r.penalties}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <table class="buckets">
+            <thead>
+                <tr>
+                    <th>"Account"</th>
+                    <th>"Scope"</th>
+                    <th>"Rule"</th>
+                    <th class="num" title="tokens in use / capacity">"Used"</th>
+                    <th class="num">"Remaining"</th>
+                    <th class="num" title="permits granted since the counters started">"Permits"</th>
+                    <th class="num" title="average over the last 5 minutes">"Permits/min"</th>
+                    <th class="num">"Wait p50"</th>
+                    <th class="num">"Wait p95"</th>
+                    <th class="num">"Refusals"</th>
+                    <th class="num" title="upstream 429s reported">"429 penalties"</th>
+                </tr>
+            </thead>
+            <tbody>{body}</tbody>
+        </table>
+    }
+}

@@ -3,10 +3,10 @@
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::components::{Route, Router, Routes, A};
-use leptos_router::{SsrMode, StaticSegment};
+use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
 use crate::auth::{current_user, LoginPage, Logout, Role, UserResource};
-use crate::pages::{OverviewPage, UsersPage};
+use crate::pages::{BreakersPage, DeliveriesPage, DeliveryPage, MerchantsPage, OverviewPage, UsersPage};
 
 /// The whole document, rendered by the server around [`App`].
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -36,6 +36,9 @@ struct NavItem {
 
 const NAV: &[NavItem] = &[
     NavItem { href: "/", label: "Overview", role: Role::Viewer },
+    NavItem { href: "/deliveries", label: "Deliveries", role: Role::Viewer },
+    NavItem { href: "/merchants", label: "Merchants", role: Role::Viewer },
+    NavItem { href: "/breakers", label: "Breakers", role: Role::Viewer },
     NavItem { href: "/users", label: "Users & tokens", role: Role::Admin },
 ];
 
@@ -75,6 +78,10 @@ pub fn App() -> impl IntoView {
                         <Route path=StaticSegment("") view=OverviewPage ssr=SsrMode::Async/>
                         <Route path=StaticSegment("login") view=LoginPage/>
                         <Route path=StaticSegment("users") view=UsersPage ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("deliveries") view=DeliveriesPage ssr=SsrMode::Async/>
+                        <Route path=(StaticSegment("deliveries"), ParamSegment("id")) view=DeliveryPage ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("merchants") view=MerchantsPage ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("breakers") view=BreakersPage ssr=SsrMode::Async/>
                     </Routes>
                 </main>
             </div>

@@ -6,7 +6,9 @@ use leptos_router::components::{Route, Router, Routes, A};
 use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
 use crate::auth::{current_user, LoginPage, Logout, Role, UserResource};
-use crate::pages::{OverviewPage, QuotaAccountPage, QuotasPage, UsersPage};
+use crate::pages::{
+    BreakersPage, DeliveriesPage, DeliveryPage, MerchantsPage, OverviewPage, QuotaAccountPage, QuotasPage, UsersPage,
+};
 
 /// The whole document, rendered by the server around [`App`].
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -37,6 +39,9 @@ struct NavItem {
 const NAV: &[NavItem] = &[
     NavItem { href: "/", label: "Overview", role: Role::Viewer },
     NavItem { href: "/quotas", label: "Quotas", role: Role::Viewer },
+    NavItem { href: "/deliveries", label: "Deliveries", role: Role::Viewer },
+    NavItem { href: "/merchants", label: "Merchants", role: Role::Viewer },
+    NavItem { href: "/breakers", label: "Breakers", role: Role::Viewer },
     NavItem { href: "/users", label: "Users & tokens", role: Role::Admin },
 ];
 
@@ -82,6 +87,10 @@ pub fn App() -> impl IntoView {
                             view=QuotaAccountPage
                             ssr=SsrMode::Async
                         />
+                        <Route path=StaticSegment("deliveries") view=DeliveriesPage ssr=SsrMode::Async/>
+                        <Route path=(StaticSegment("deliveries"), ParamSegment("id")) view=DeliveryPage ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("merchants") view=MerchantsPage ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("breakers") view=BreakersPage ssr=SsrMode::Async/>
                     </Routes>
                 </main>
             </div>

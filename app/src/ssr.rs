@@ -12,6 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use leptos::prelude::*;
+use sluice_engine::breaker::Breaker as UpstreamBreakers;
 use sluice_engine::clock::SharedClock;
 use sluice_engine::db::Db;
 use sluice_engine::delivery::ssrf::SsrfPolicy;
@@ -45,6 +46,10 @@ pub struct AppContext {
     pub deliveries: DeliveryStore,
     /// Which merchant URLs may be delivered to (validated on merchant edits).
     pub ssrf: SsrfPolicy,
+    /// The upstream circuit breakers (per account and API scope): in memory
+    /// when embedded, in Redis when distributed (connected lazily, so the
+    /// Breakers page says "unavailable" rather than failing while Redis is down).
+    pub upstream_breakers: UpstreamBreakers,
     /// Throttles login attempts per username: Sluice's own limiter, with a
     /// fixed rule ([`auth::login_rule`]) on the same store as the quotas.
     pub login_limiter: Limiter,

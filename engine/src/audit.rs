@@ -27,6 +27,51 @@ pub enum AuditError {
     Db(#[from] sqlx::Error),
 }
 
+/// One stored audit row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditRecord {
+    pub id: String,
+    pub at: Timestamp,
+    pub actor: String,
+    pub action: String,
+    pub target: String,
+    pub before_json: Option<String>,
+    pub after_json: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// The newest `limit` rows whose action is one of `actions`, newest first.
+pub async fn recent(db: &Db, actions: &[&str], limit: u32) -> Result<Vec<AuditRecord>, AuditError> {
+    use sqlx::Row;
+    let placeholders: Vec<String> = (1..=actions.len()).map(|i| format!("${i}")).collect();
+    let sql = format!(
+        "SELECT id, at, actor, action, target, before_json, after_json, reason FROM audit_log \
+         WHERE action IN ({}) ORDER BY at DESC, id DESC LIMIT {}",
+        placeholders.join(", "),
+        limit.min(1000)
+    );
+    let mut q = sqlx::query(&sql);
+    for a in actions {
+        q = q.bind(*a);
+    }
+    let rows = q.fetch_all(db.pool()).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(AuditRecord {
+                id: r.try_get("id")?,
+                at: Timestamp::from_millis(r.try_get("at")?),
+                actor: r.try_get("actor")?,
+                action: r.try_get("action")?,
+                target: r.try_get("target")?,
+                before_json: r.try_get("before_json")?,
+                after_json: r.try_get("after_json")?,
+                reason: r.try_get("reason")?,
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(AuditError::from)
+}
+
 pub async fn record<T: Serialize>(db: &Db, entry: AuditEntry<'_, T>, now: Timestamp) -> Result<(), AuditError> {
     let before = entry.before.map(serde_json::to_string).transpose()?;
     let after = entry.after.map(serde_json::to_string).transpose()?;

@@ -8,6 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 use leptos::prelude::LeptosOptions;
 use sluice_app::ssr::AppContext;
+use sluice_engine::breaker::lazy::LazyRedisBreakerStore;
+use sluice_engine::breaker::memory::MemoryBreakerStore;
+use sluice_engine::breaker::{Breaker, BreakerConfig, BreakerStore};
 use sluice_engine::clock::{SharedClock, SystemClock};
 use sluice_engine::db::{Backend, Db, PoolSettings};
 use sluice_engine::delivery::ssrf::SsrfPolicy;
@@ -108,6 +111,7 @@ impl Application {
             rules: rules.clone(),
             deliveries: deliveries.clone(),
             ssrf: SsrfPolicy { allow: settings.delivery_allow_networks.clone() },
+            upstream_breakers: build_upstream_breakers(&settings, &clock),
             login_limiter,
             history: QuotaHistory::new(
                 db.clone(),
@@ -211,6 +215,17 @@ fn build_quota_store(settings: &Settings, clock: &SharedClock) -> Arc<dyn QuotaS
             ))
         }
     }
+}
+
+/// The upstream circuit breakers: in memory when embedded; in Redis when
+/// distributed, so every instance sees the same states, connected lazily so
+/// an instance starts (and shows the Breakers page) while Redis is down.
+fn build_upstream_breakers(settings: &Settings, clock: &SharedClock) -> Breaker {
+    let store: Arc<dyn BreakerStore> = match &settings.redis_url {
+        None => Arc::new(MemoryBreakerStore::new(clock.clone())),
+        Some(url) => Arc::new(LazyRedisBreakerStore::new(url.as_str(), settings.redis_prefix.clone())),
+    };
+    Breaker::new(store, BreakerConfig::default())
 }
 
 /// The limiter over `store`, with the rule set from the database (the seeds'

@@ -12,6 +12,7 @@
 //! delivery module.
 
 pub mod decision;
+pub mod lazy;
 pub mod memory;
 pub mod redis;
 

@@ -133,21 +133,56 @@ impl BulkRetry {
 /// Redeliver every FAILED and retry every PENDING delivery matching
 /// `filter`, newest first, at most `cap` (itself at most [`BULK_RETRY_MAX`]).
 pub async fn bulk_retry(store: &DeliveryStore, filter: &DeliveryFilter, cap: u32, now: Timestamp) -> Result<BulkRetry, OpsError> {
-    let mut sql = Sql::new("SELECT id, status FROM deliveries");
+    Ok(bulk_retry_after(store, filter, None, cap, now).await?.done)
+}
+
+/// One batch of a bulk retry that walks the whole filtered set.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct BulkBatch {
+    pub done: BulkRetry,
+    /// FAILED and PENDING rows looked at (some may have changed meanwhile).
+    pub examined: u64,
+    /// Pass back as `after` for the next batch; `None` when the set is done.
+    pub next: Option<Cursor>,
+}
+
+/// Like [`bulk_retry`], but only rows older than `after` (keyset order,
+/// newest first): calling it again with the returned cursor walks the whole
+/// filtered set once, however large, without touching a row twice — the
+/// rows a batch changed stay PENDING, so an offset or a re-query by status
+/// would meet them again.
+pub async fn bulk_retry_after(
+    store: &DeliveryStore,
+    filter: &DeliveryFilter,
+    after: Option<&Cursor>,
+    cap: u32,
+    now: Timestamp,
+) -> Result<BulkBatch, OpsError> {
+    let cap = cap.clamp(1, BULK_RETRY_MAX);
+    let mut sql = Sql::new("SELECT id, status, created_at FROM deliveries");
     push_filter(&mut sql, filter);
     sql.raw(" AND status IN ('FAILED', 'PENDING')");
-    sql.push(" ORDER BY created_at DESC, id DESC LIMIT ", Arg::Int(i64::from(cap.min(BULK_RETRY_MAX))), "");
+    if let Some(c) = after {
+        sql.push(" AND (created_at, id) < (", Arg::Int(c.created_at.as_millis()), "");
+        sql.push(", ", Arg::Text(c.id.as_str().into()), ")");
+    }
+    sql.push(" ORDER BY created_at DESC, id DESC LIMIT ", Arg::Int(i64::from(cap)), "");
     let rows = sql.query().fetch_all(store.db().pool()).await.map_err(StoreError::from)?;
-    let mut out = BulkRetry::default();
+    let mut out = BulkBatch::default();
     for r in &rows {
         let id = DeliveryId::from_db(r.try_get("id").map_err(StoreError::from)?);
         let status: String = r.try_get("status").map_err(StoreError::from)?;
+        let created_at: i64 = r.try_get("created_at").map_err(StoreError::from)?;
+        out.examined += 1;
         if status == DeliveryStatus::Failed.as_str() {
             if redeliver_row(store, &id, now).await? {
-                out.redelivered.push(id);
+                out.done.redelivered.push(id.clone());
             }
         } else if retry_now_row(store, &id, now).await? {
-            out.retried.push(id);
+            out.done.retried.push(id.clone());
+        }
+        if rows.len() == cap as usize {
+            out.next = Some(Cursor { created_at: Timestamp::from_millis(created_at), id });
         }
     }
     Ok(out)

@@ -114,6 +114,33 @@ impl DeliveryStore {
         Ok(DeliveryPage { items, next })
     }
 
+    /// The page just newer than `before` (the "previous" page), newest
+    /// first, and whether still newer rows exist. Walks the same indexes as
+    /// [`DeliveryStore::list_deliveries`], in the other direction.
+    pub async fn list_deliveries_before(&self, filter: &DeliveryFilter, before: &Cursor, limit: u32) -> Result<(Vec<Delivery>, bool), StoreError> {
+        let limit = limit.clamp(1, MAX_PAGE);
+        let mut sql = Sql::new(&format!("SELECT {DELIVERY_COLS} FROM deliveries"));
+        push_filter(&mut sql, filter);
+        sql.push(" AND (created_at, id) > (", Arg::Int(before.created_at.as_millis()), "");
+        sql.push(", ", Arg::Text(before.id.as_str().into()), ")");
+        sql.push(" ORDER BY created_at ASC, id ASC LIMIT ", Arg::Int(i64::from(limit) + 1), "");
+        let rows = sql.query().fetch_all(self.db().pool()).await?;
+        let mut items = rows.iter().map(row::delivery).collect::<Result<Vec<_>, _>>()?;
+        let newer = items.len() > limit as usize;
+        items.truncate(limit as usize);
+        items.reverse();
+        Ok((items, newer))
+    }
+
+    /// (id, name) of every merchant, by name: the filter's choices.
+    pub async fn merchant_names(&self) -> Result<Vec<(MerchantId, String)>, StoreError> {
+        let rows = sqlx::query("SELECT id, name FROM merchants ORDER BY name, id").fetch_all(self.db().pool()).await?;
+        Ok(rows
+            .iter()
+            .map(|r| Ok((MerchantId::from_db(r.try_get("id")?), r.try_get("name")?)))
+            .collect::<Result<_, sqlx::Error>>()?)
+    }
+
     pub async fn attempts(&self, id: &DeliveryId) -> Result<Vec<Attempt>, StoreError> {
         let rows = sqlx::query(&format!("SELECT {ATTEMPT_COLS} FROM attempts WHERE delivery_id = $1 ORDER BY at, id"))
             .bind(id.as_str())

@@ -4,6 +4,7 @@
 mod api;
 mod auth;
 mod cli;
+mod deliveries_ui;
 mod helpers;
 mod ops;
 mod pages;

@@ -1,0 +1,117 @@
+//! A Redis breaker store that connects on first use and keeps trying while
+//! Redis is down, so an instance can start (and show its Breakers page)
+//! during a Redis outage: until the first connection succeeds every call
+//! fails as [`BreakerError::Store`]. Once connected, the connection manager
+//! of [`RedisBreakerStore`] reconnects by itself. The same idea as the quota
+//! store's `LazyRedisStore`.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::{Mutex, OnceCell};
+
+use super::redis::RedisBreakerStore;
+use super::{BreakerError, BreakerKey, BreakerState, BreakerStore, Loaded};
+use crate::clock::Timestamp;
+
+/// Connect attempts are at most this frequent; calls in between fail fast.
+const CONNECT_EVERY: Duration = Duration::from_millis(500);
+
+pub struct LazyRedisBreakerStore {
+    url: String,
+    prefix: String,
+    timeout: Duration,
+    store: OnceCell<RedisBreakerStore>,
+    last_attempt: Mutex<Option<Instant>>,
+}
+
+impl fmt::Debug for LazyRedisBreakerStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LazyRedisBreakerStore")
+            .field("prefix", &self.prefix)
+            .field("connected", &self.store.initialized())
+            .finish()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("not connected to Redis yet")]
+struct NotConnected;
+
+impl LazyRedisBreakerStore {
+    /// Nothing is connected here; the first call tries.
+    pub fn new(url: impl Into<String>, prefix: impl Into<String>) -> Self {
+        LazyRedisBreakerStore {
+            url: url.into(),
+            prefix: prefix.into(),
+            timeout: RedisBreakerStore::DEFAULT_TIMEOUT,
+            store: OnceCell::new(),
+            last_attempt: Mutex::new(None),
+        }
+    }
+
+    async fn connect(&self) -> Result<RedisBreakerStore, BreakerError> {
+        let store_err = |e: Box<dyn std::error::Error + Send + Sync>| BreakerError::Store(e);
+        let client = redis::Client::open(self.url.as_str()).map_err(|e| store_err(Box::new(e)))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(200));
+        let conn = match tokio::time::timeout(self.timeout, ConnectionManager::new_with_config(client, config)).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return Err(store_err(Box::new(e))),
+            Err(elapsed) => return Err(store_err(Box::new(elapsed))),
+        };
+        Ok(RedisBreakerStore::new(conn, self.prefix.clone()).with_timeout(self.timeout))
+    }
+
+    async fn get(&self) -> Result<&RedisBreakerStore, BreakerError> {
+        if let Some(store) = self.store.get() {
+            return Ok(store);
+        }
+        {
+            let mut last = self.last_attempt.lock().await;
+            if last.is_some_and(|t| t.elapsed() < CONNECT_EVERY) {
+                return Err(BreakerError::Store(Box::new(NotConnected)));
+            }
+            *last = Some(Instant::now());
+        }
+        self.store
+            .get_or_try_init(|| async {
+                let store = self.connect().await;
+                match &store {
+                    Ok(_) => tracing::info!(prefix = %self.prefix, "breaker store connected to Redis"),
+                    Err(e) => tracing::warn!(error = %e, "breaker store: Redis not reachable yet"),
+                }
+                store
+            })
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl BreakerStore for LazyRedisBreakerStore {
+    async fn load(&self, key: &BreakerKey) -> Result<Loaded, BreakerError> {
+        self.get().await?.load(key).await
+    }
+
+    async fn compare_and_set(
+        &self,
+        key: &BreakerKey,
+        version: u64,
+        state: &BreakerState,
+        ttl: Duration,
+    ) -> Result<bool, BreakerError> {
+        self.get().await?.compare_and_set(key, version, state, ttl).await
+    }
+
+    async fn list(&self) -> Result<(Vec<(BreakerKey, BreakerState)>, Timestamp), BreakerError> {
+        self.get().await?.list().await
+    }
+
+    async fn reset(&self, key: &BreakerKey) -> Result<(), BreakerError> {
+        self.get().await?.reset(key).await
+    }
+}

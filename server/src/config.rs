@@ -53,6 +53,20 @@ pub struct Settings {
     pub delivery_worker: bool,
     /// Mark the session cookie `Secure` (set when served over HTTPS).
     pub session_secure_cookie: bool,
+    /// The delivery worker's ladder and breaker timings. Not read from files or
+    /// the environment: only `sluice demo` switches to [`DeliveryTiming::Demo`].
+    pub delivery_timing: DeliveryTiming,
+}
+
+/// Which ladder and breaker timings the delivery worker runs with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeliveryTiming {
+    /// The product's policy (SPEC §5).
+    #[default]
+    Product,
+    /// `sluice demo`: the same shape, sped up so every step shows within
+    /// minutes (see `demo::demo_timing`).
+    Demo,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,6 +233,7 @@ impl RawSettings {
                 delivery_allow_networks,
                 delivery_worker: self.delivery_worker,
                 session_secure_cookie: self.session_secure_cookie,
+                delivery_timing: DeliveryTiming::Product,
             }),
             _ => Err(ConfigError::Invalid(errors)),
         }
@@ -254,6 +269,7 @@ impl fmt::Debug for Settings {
             .field("delivery_allow_networks", &self.delivery_allow_networks)
             .field("delivery_worker", &self.delivery_worker)
             .field("session_secure_cookie", &self.session_secure_cookie)
+            .field("delivery_timing", &self.delivery_timing)
             .finish()
     }
 }

@@ -4,6 +4,7 @@
 mod api;
 mod auth;
 mod cli;
+mod demo;
 mod helpers;
 mod ops;
 mod pages;

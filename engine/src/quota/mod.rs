@@ -102,6 +102,7 @@ pub mod fallback;
 pub mod lazy;
 pub mod limiter;
 pub mod memory;
+pub mod metrics;
 pub mod redis;
 pub mod registry;
 pub mod rule;

@@ -56,6 +56,20 @@ pub struct Settings {
     pub session_secure_cookie: bool,
     /// How often the quota history sampler records the limiter's counters.
     pub quota_sample_every: std::time::Duration,
+    /// The delivery worker's ladder and breaker timings. Not read from files or
+    /// the environment: only `sluice demo` switches to [`DeliveryTiming::Demo`].
+    pub delivery_timing: DeliveryTiming,
+}
+
+/// Which ladder and breaker timings the delivery worker runs with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeliveryTiming {
+    /// The product's policy (SPEC §5).
+    #[default]
+    Product,
+    /// `sluice demo`: the same shape, sped up so every step shows within
+    /// minutes (see `demo::demo_timing`).
+    Demo,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,6 +243,7 @@ impl RawSettings {
                 delivery_worker: self.delivery_worker,
                 session_secure_cookie: self.session_secure_cookie,
                 quota_sample_every: std::time::Duration::from_secs(self.quota_sample_every_secs),
+                delivery_timing: DeliveryTiming::Product,
             }),
             _ => Err(ConfigError::Invalid(errors)),
         }
@@ -265,6 +280,7 @@ impl fmt::Debug for Settings {
             .field("delivery_worker", &self.delivery_worker)
             .field("session_secure_cookie", &self.session_secure_cookie)
             .field("quota_sample_every", &self.quota_sample_every)
+            .field("delivery_timing", &self.delivery_timing)
             .finish()
     }
 }

@@ -14,6 +14,8 @@ use sluice_engine::breaker::{Breaker, BreakerConfig, BreakerStore};
 use sluice_engine::clock::{SharedClock, SystemClock};
 use sluice_engine::db::{Backend, Db, PoolSettings};
 use sluice_engine::delivery::ssrf::SsrfPolicy;
+use sluice_engine::delivery::breaker::BreakerConfig;
+use sluice_engine::delivery::ladder::LadderConfig;
 use sluice_engine::delivery::{DeliveryStore, Worker, WorkerConfig};
 use sluice_engine::quota::history::{HistoryConfig, QuotaHistory};
 use sluice_engine::quota::rules_repo::RELOAD_EVERY;
@@ -25,7 +27,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::config::{redact_url, Settings};
+use crate::config::{redact_url, DeliveryTiming, Settings};
 use crate::health::{Health, RedisProbe};
 use crate::state::AppState;
 
@@ -243,7 +245,17 @@ async fn build_limiter(store: Arc<dyn QuotaStore>, db: &Db, clock: &SharedClock)
 fn worker_config(settings: &Settings) -> WorkerConfig {
     // The allow-list was parsed and validated with the rest of the settings.
     let ssrf = SsrfPolicy { allow: settings.delivery_allow_networks.clone() };
-    WorkerConfig { ssrf, ..WorkerConfig::default() }
+    let (ladder, breaker) = delivery_timing(settings);
+    WorkerConfig { ssrf, ladder, breaker, ..WorkerConfig::default() }
+}
+
+/// The ladder and breaker timings this instance delivers with; operations
+/// that build or reset a breaker use the same ones.
+pub fn delivery_timing(settings: &Settings) -> (LadderConfig, BreakerConfig) {
+    match settings.delivery_timing {
+        DeliveryTiming::Product => (LadderConfig::default(), BreakerConfig::default()),
+        DeliveryTiming::Demo => crate::demo::demo_timing(),
+    }
 }
 
 /// Completes on Ctrl-C or SIGTERM.

@@ -27,6 +27,8 @@ const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 /// Booked permit waits run from nothing to the wait ceiling (minutes for
 /// slow rules), far beyond request latencies.
 const PERMIT_WAIT_METRIC: &str = "sluice_api_permit_wait_seconds";
+/// The limiter's own wait histogram (every caller, not only the API).
+const QUOTA_WAIT_METRIC: &str = sluice_engine::quota::metrics::WAIT_SECONDS;
 const PERMIT_WAIT_BUCKETS: &[f64] = &[0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
 
 /// The process-wide Prometheus recorder. Installed once; every `Application`
@@ -38,6 +40,7 @@ pub fn prometheus() -> PrometheusHandle {
             // Full-name matchers win over suffixes (the exporter sorts them first).
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Full(PERMIT_WAIT_METRIC.to_owned()), PERMIT_WAIT_BUCKETS)
+                .and_then(|b| b.set_buckets_for_metric(Matcher::Full(QUOTA_WAIT_METRIC.to_owned()), PERMIT_WAIT_BUCKETS))
                 .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), LATENCY_BUCKETS))
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             match builder.install_recorder() {
@@ -87,4 +90,31 @@ pub fn record_penalty(scope: &str) {
 /// A new event accepted through the API (duplicates not counted).
 pub fn record_event_accepted() {
     metrics::counter!("sluice_api_events_accepted_total").increment(1);
+}
+
+/// Gauges read from shared state just before a scrape: the outbox by status
+/// (the queue depth is its PENDING count) and merchant breakers that are not
+/// closed. Counters of decisions, waits, penalties and delivery results are
+/// kept as they happen (engine `quota::metrics`, `delivery::worker`).
+/// A failed read leaves the previous values and is logged.
+pub async fn refresh_gauges(deliveries: &sluice_engine::delivery::DeliveryStore) {
+    use sluice_engine::delivery::BreakerStatus;
+    match deliveries.status_counts().await {
+        Ok(c) => {
+            for (status, n) in [("PENDING", c.pending), ("DELIVERING", c.delivering), ("FAILED", c.failed)] {
+                metrics::gauge!("sluice_deliveries", "status" => status).set(n as f64);
+            }
+            metrics::gauge!("sluice_delivery_queue_depth").set(c.pending as f64);
+        }
+        Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "metrics: counting deliveries"),
+    }
+    match deliveries.open_breakers().await {
+        Ok(breakers) => {
+            for state in [BreakerStatus::Open, BreakerStatus::Probing] {
+                let n = breakers.iter().filter(|b| b.status == state).count();
+                metrics::gauge!("sluice_merchant_breakers", "state" => state.as_str()).set(n as f64);
+            }
+        }
+        Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "metrics: reading breakers"),
+    }
 }

@@ -104,6 +104,26 @@ pub struct StepReport {
     pub lost: usize,
 }
 
+/// Deliveries handled, by result (`/metrics`; a no-op without a recorder).
+pub const RESULTS_METRIC: &str = "sluice_delivery_results_total";
+
+impl StepReport {
+    fn record_metrics(&self) {
+        let results = [
+            ("delivered", self.delivered),
+            ("retrying", self.retrying),
+            ("failed", self.failed),
+            ("deferred", self.deferred),
+            ("lost", self.lost),
+        ];
+        for (result, n) in results {
+            if n > 0 {
+                metrics::counter!(RESULTS_METRIC, "result" => result).increment(n as u64);
+            }
+        }
+    }
+}
+
 enum JobResult {
     Delivered,
     Retrying,
@@ -156,6 +176,7 @@ impl Worker {
                 JobResult::Lost => report.lost += 1,
             }
         }
+        report.record_metrics();
         Ok(report)
     }
 

@@ -14,6 +14,7 @@ use arc_swap::ArcSwap;
 use crate::clock::{SharedClock, Timestamp};
 
 use super::decision::Usage;
+use super::metrics::{record_decision, record_penalty, NO_RULE_SCOPE};
 use super::registry::RuleRegistry;
 use super::rule::{validate_scope, Rule, RuleId, GLOBAL_SCOPE};
 use super::stats::{BucketKey, BucketStats, RefusalReason, GLOBAL_ACCOUNT};
@@ -241,7 +242,9 @@ impl Limiter {
             let key = BucketKey { account, scope, rule: RuleId("_none".into()) };
             // Recording is best effort: the refusal stands even if the store is down.
             let _ = self.inner.store.record_refusal(&key, RefusalReason::NoRule).await;
-            return Ok(Outcome::Refused(Refusal { reason: RefusalReason::NoRule, retry_after: None, rule: None }));
+            let outcome = Outcome::Refused(Refusal { reason: RefusalReason::NoRule, retry_after: None, rule: None });
+            record_decision(NO_RULE_SCOPE, &outcome);
+            return Ok(outcome);
         };
         let capacity = rule.limit.capacity();
         if req.cost == 0 || req.cost > capacity {
@@ -267,7 +270,7 @@ impl Limiter {
             },
             Err(e) => return Err(e.into()),
         };
-        Ok(match decision {
+        let outcome = match decision {
             StoreDecision::Granted { wait, lease } => Outcome::Granted(Permit {
                 wait: if rule.shadow { Duration::ZERO } else { wait },
                 lease: lease.map(|id| Lease { bucket: args.key.clone(), id }),
@@ -280,7 +283,9 @@ impl Limiter {
             StoreDecision::Refused { reason, retry_after } => {
                 Outcome::Refused(Refusal { reason, retry_after, rule: Some(rule.id.clone()) })
             }
-        })
+        };
+        record_decision(&rule.scope, &outcome);
+        Ok(outcome)
     }
 
     /// Book a slot and hold until it comes (sleeping on the limiter's clock),
@@ -308,7 +313,9 @@ impl Limiter {
         let account = account_of(req)?;
         let Some(rule) = self.resolve(&req.scope, &req.method, &req.path) else { return Ok(None) };
         let key = bucket_key(account, &rule);
-        Ok(Some(self.inner.store.penalize(&key, &rule.limit, rule.penalty_floor(), retry_after).await?))
+        let blocked = self.inner.store.penalize(&key, &rule.limit, rule.penalty_floor(), retry_after).await?;
+        record_penalty(&rule.scope);
+        Ok(Some(blocked))
     }
 
     /// Report upstream rate-limit headers: the bucket is lowered to

@@ -103,6 +103,7 @@ pub mod history;
 pub mod lazy;
 pub mod limiter;
 pub mod memory;
+pub mod metrics;
 pub mod redis;
 pub mod registry;
 pub mod rule;

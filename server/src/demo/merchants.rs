@@ -76,3 +76,41 @@ async fn rejects_money(body: String) -> StatusCode {
         StatusCode::OK
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn post(client: &reqwest::Client, url: &str, body: serde_json::Value) -> Result<u16, reqwest::Error> {
+        Ok(client.post(url).json(&body).send().await?.status().as_u16())
+    }
+
+    #[tokio::test]
+    async fn the_mock_merchants_answer_as_documented() {
+        let mocks = MockMerchants::start().await.expect("start");
+        let client = reqwest::Client::new();
+        let url = |name: &str| mocks.endpoints().into_iter().find(|(n, _)| *n == name).map(|(_, u)| u).expect("endpoint");
+        let paid = serde_json::json!({ "type": "payment.status_changed", "status": "paid" });
+        let expired = serde_json::json!({ "type": "payment.status_changed", "status": "expired" });
+
+        for _ in 0..3 {
+            assert_eq!(post(&client, &url("Healthy Shop"), paid.clone()).await.expect("healthy"), 200);
+        }
+        // Flaky: every third request fails with a 5xx (fast ladder, breaker counts it).
+        let flaky: Vec<u16> = {
+            let mut out = Vec::new();
+            for _ in 0..6 {
+                out.push(post(&client, &url("Flaky Shop"), expired.clone()).await.expect("flaky"));
+            }
+            out
+        };
+        assert_eq!(flaky, [200, 200, 503, 200, 200, 503]);
+        // Strict: a 4xx to money events only (slow ladder), 200 to the rest.
+        assert_eq!(post(&client, &url("Strict Shop"), paid.clone()).await.expect("strict"), 400);
+        assert_eq!(post(&client, &url("Strict Shop"), expired.clone()).await.expect("strict"), 200);
+        // Down: nobody listens, a network error.
+        let down = post(&client, &url("Down Shop"), paid).await.expect_err("nothing listens there");
+        assert!(down.is_connect(), "{down}");
+        mocks.stop();
+    }
+}

@@ -11,7 +11,11 @@
 //!   that answers 4xx to money events.
 //!
 //! The mock servers are real HTTP servers on loopback, reused by the tests
-//! and the benchmark harness.
+//! and the benchmark harness (`server/examples/quota_bench.rs`).
+//!
+//! The demo signs in as `demo` (an admin) with a password generated at every
+//! start and printed with the URL, and delivers with [`demo_timing`]: the
+//! product's ladders and breaker, sped up so each step shows within minutes.
 
 pub mod merchants;
 pub mod traffic;
@@ -20,14 +24,66 @@ pub mod upstream;
 use std::time::Duration;
 
 use anyhow::Context;
+use sluice_engine::audit::{self, AuditEntry};
+use sluice_engine::clock::Timestamp;
+use sluice_engine::db::Db;
+use sluice_engine::delivery::breaker::BreakerConfig;
+use sluice_engine::delivery::ladder::LadderConfig;
+use sluice_engine::users::{self, Role, UserError};
 use tokio::task::JoinSet;
 
-use crate::config::Settings;
+use crate::config::{DeliveryTiming, Settings};
 use crate::startup::{shutdown_signal, Application};
 
 /// The demo's own limit rule scope, and the upstream's real limit.
 pub const DEMO_SCOPE: &str = "demo_market";
 pub const UPSTREAM_LIMIT_PER_SECOND: u32 = 10;
+
+/// The demo's sign-in (an admin, so every page and control is open).
+pub const DEMO_USER: &str = "demo";
+
+/// The delivery timings of the demo: the product's ladders and breaker
+/// (SPEC §5) with the long pauses shortened, so a delivery climbs both
+/// ladders and a breaker opens and probes within a minute or two:
+/// - fast ladder unchanged (1 s, 2 s, 4 s, … already visible);
+/// - slow ladder ÷ 60: 15 s, 1 min, 4 min, 12 min, 24 min, ceiling 48 min;
+/// - breaker: first pause 20 s (doubling to at most 2 min), deferrals
+///   re-checked every 5 s; window and thresholds unchanged.
+pub fn demo_timing() -> (LadderConfig, BreakerConfig) {
+    let product = LadderConfig::default();
+    let ladder = LadderConfig {
+        slow_pauses: product.slow_pauses.iter().map(|p| *p / 60).collect(),
+        slow_ceiling: product.slow_ceiling / 60,
+        ..product
+    };
+    let breaker = BreakerConfig {
+        base_pause: Duration::from_secs(20),
+        max_pause: Duration::from_secs(120),
+        defer: Duration::from_secs(5),
+        probe_lease: Duration::from_secs(20),
+        ..BreakerConfig::default()
+    };
+    (ladder, breaker)
+}
+
+/// Make sure `demo` exists as an admin and give it a fresh random password
+/// (a demo database is reused between runs; the old password is unknown).
+/// Returns the password to print. The change is audited like `sluice user passwd`.
+pub async fn ensure_demo_login(db: &Db, now: Timestamp) -> anyhow::Result<String> {
+    let password = users::generate_password();
+    let (action, user) = match users::create_user(db, DEMO_USER, &password, Role::Admin, now).await {
+        Ok(user) => ("user.create", user),
+        Err(UserError::Duplicate(_)) => {
+            users::set_password(db, DEMO_USER, &password).await.context("resetting the demo password")?;
+            let (_, user) = users::set_role(db, DEMO_USER, Role::Admin).await.context("making the demo user an admin")?;
+            ("user.password", user)
+        }
+        Err(e) => return Err(e).context("creating the demo user"),
+    };
+    let entry = AuditEntry { actor: "demo", action, target: &user.id, before: None::<&users::User>, after: None, reason: None };
+    audit::record(db, entry, now).await.context("auditing the demo sign-in")?;
+    Ok(password)
+}
 
 /// The networks the demo's mock merchants live on: IPv4 and IPv6 loopback.
 pub(crate) fn loopback_networks() -> Vec<ipnet::IpNet> {
@@ -65,8 +121,10 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
         }
     }
     tracing::warn!("demo mode: webhook deliveries to loopback addresses are allowed");
+    settings.delivery_timing = DeliveryTiming::Demo;
     let app = Application::build(settings).await?;
     let state = app.state().clone();
+    let password = ensure_demo_login(&state.db, state.clock.now()).await?;
     let upstream = upstream::MockUpstream::start(UPSTREAM_LIMIT_PER_SECOND, Duration::from_secs(1))
         .await
         .context("starting the mock marketplace API")?;
@@ -79,9 +137,10 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
     tasks.spawn(traffic::generate_events(state.clone(), merchant_ids, Duration::from_millis(400)));
 
     println!("Sluice demo is running at http://{}", app.address());
+    println!("  sign in as:           {DEMO_USER} / {password}   (admin; a new password every start)");
     println!("  mock marketplace API: {}", upstream.base_url());
     println!("  mock merchants:       {}", merchants.base_url());
-    println!("  (no login yet: every page is open in this build)");
+    println!("  delivery timings:     sped up for the demo (slow ladder ÷ 60, breaker pause 20 s)");
     println!("Press Ctrl-C to stop.");
     let result = app.run_until_stopped(shutdown_signal()).await;
     tasks.abort_all();

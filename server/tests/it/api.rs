@@ -15,17 +15,17 @@ use crate::helpers::{closed_port, spawn_app_with, Mode, TestApp};
 
 const NOW: Timestamp = Timestamp::from_millis(1_700_000_000_000);
 
-struct Api {
-    app: TestApp,
-    worker: String,
-    admin: String,
+pub(crate) struct Api {
+    pub(crate) app: TestApp,
+    pub(crate) worker: String,
+    pub(crate) admin: String,
 }
 
-async fn spawn_api(mode: Mode) -> Api {
+pub(crate) async fn spawn_api(mode: Mode) -> Api {
     spawn_api_with(mode, &[]).await
 }
 
-async fn spawn_api_with(mode: Mode, extra: &[(&str, &str)]) -> Api {
+pub(crate) async fn spawn_api_with(mode: Mode, extra: &[(&str, &str)]) -> Api {
     // No delivery worker: events stay PENDING and nothing is sent anywhere.
     let mut settings = vec![("SLUICE_DELIVERY_WORKER", "false")];
     settings.extend_from_slice(extra);
@@ -37,7 +37,7 @@ async fn spawn_api_with(mode: Mode, extra: &[(&str, &str)]) -> Api {
 }
 
 impl Api {
-    async fn call(&self, method: Method, path: &str, token: Option<&str>, body: Option<Value>) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+    pub(crate) async fn call(&self, method: Method, path: &str, token: Option<&str>, body: Option<Value>) -> (StatusCode, reqwest::header::HeaderMap, Value) {
         let mut req = self.app.client.request(method, self.app.url(path));
         if let Some(t) = token {
             req = req.bearer_auth(t);
@@ -53,7 +53,7 @@ impl Api {
         (status, headers, value)
     }
 
-    async fn post(&self, path: &str, body: Value) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> (StatusCode, reqwest::header::HeaderMap, Value) {
         self.call(Method::POST, path, Some(&self.worker), Some(body)).await
     }
 
@@ -73,14 +73,14 @@ impl Api {
     }
 }
 
-fn assert_error(status: StatusCode, body: &Value, want_status: StatusCode, want_code: &str) {
+pub(crate) fn assert_error(status: StatusCode, body: &Value, want_status: StatusCode, want_code: &str) {
     assert_eq!(status, want_status, "{body}");
     assert_eq!(body["code"], want_code, "{body}");
     assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
 }
 
 /// `wb_feeds` (a preset) allows one request per minute per account.
-fn feed_permit(account: &str) -> Value {
+pub(crate) fn feed_permit(account: &str) -> Value {
     json!({"account": account, "scope": "wb_feeds", "method": "GET", "path": "/feeds/1"})
 }
 
@@ -240,7 +240,7 @@ async fn rate_limit_headers_with_nothing_remaining_block_the_bucket() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
 }
 
-async fn merchant(api: &Api) -> String {
+pub(crate) async fn merchant(api: &Api) -> String {
     let input = MerchantIn { name: "Shop".into(), url: "https://merchant.example/hook".into(), scheme: SigningScheme::Sluice, secret: None };
     let store = DeliveryStore::new(api.app.db.db());
     let m = create_merchant(&store, input, &SsrfPolicy::strict(), &BreakerConfig::default(), NOW).await.expect("merchant");
@@ -431,6 +431,12 @@ async fn every_documented_route_answers_and_unknown_api_routes_are_json_404s() {
         "PUT /api/v1/limits/{id}",
         "DELETE /api/v1/limits/{id}",
         "GET /api/v1/buckets",
+        "GET /api/v1/deliveries",
+        "GET /api/v1/merchants",
+        "POST /api/v1/merchants",
+        "PATCH /api/v1/merchants/{id}",
+        "POST /api/v1/merchants/{id}/secret",
+        "POST /api/v1/breakers/{id}/reset",
     ] {
         assert!(seen.iter().any(|s| s == route), "{route} is not documented: {seen:?}");
     }

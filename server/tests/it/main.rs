@@ -2,9 +2,11 @@
 //! on port 0 and its own database.
 
 mod api;
+mod api_webhooks;
 mod auth;
 mod cli;
 mod deliveries_ui;
+mod demo;
 mod helpers;
 mod ops;
 mod pages;

@@ -1,21 +1,25 @@
-//! Reads for the webhook outbox: one delivery with its attempts; breakers.
+//! Reads for the webhook outbox: deliveries by filter (keyset pages), one
+//! delivery with its attempts; breakers.
 
 use axum::extract::State;
-use serde::Serialize;
-use sluice_engine::delivery::model::{Attempt, Delivery, DeliveryId};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use sluice_engine::clock::Timestamp;
+use sluice_engine::delivery::model::{Attempt, Cursor, Delivery, DeliveryFilter, DeliveryId, MerchantId};
+use sluice_engine::delivery::queries::MAX_PAGE;
 use sluice_engine::delivery::breaker::Breaker;
 use sluice_engine::delivery::StoreError;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::Caller;
-use super::error::{ApiError, ErrorOut, Json, Path};
+use super::error::{ApiError, ErrorOut, Json, Path, Query};
 use crate::state::AppState;
 use sluice_engine::tokens::ApiScope;
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(get_delivery)).routes(routes!(list_breakers))
+    OpenApiRouter::new().routes(routes!(list_deliveries)).routes(routes!(get_delivery)).routes(routes!(list_breakers))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -65,4 +69,107 @@ pub async fn list_breakers(State(state): State<AppState>, caller: Caller) -> Res
     caller.require(ApiScope::Worker)?;
     let breakers = state.deliveries.open_breakers().await.map_err(|e| ApiError::internal("reading breakers", &e))?;
     Ok(Json(BreakersOut { breakers }))
+}
+
+/// Page size when the caller names none.
+const DEFAULT_PAGE: u32 = 50;
+
+/// Filters and cursor of `GET /api/v1/deliveries`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DeliveryQuery {
+    /// `PENDING`, `DELIVERING`, `DELIVERED` or `FAILED`.
+    pub status: Option<String>,
+    /// The merchant (`mer_…`).
+    pub merchant_id: Option<String>,
+    /// e.g. `payment.status_changed`.
+    pub event_type: Option<String>,
+    /// `true`: money events only; `false`: the rest only.
+    pub money: Option<bool>,
+    /// `fast` or `slow`: the ladder of the last or next attempt.
+    pub ladder: Option<String>,
+    /// Created at or after this instant (Unix milliseconds).
+    pub created_from_ms: Option<i64>,
+    /// Created before this instant (Unix milliseconds).
+    pub created_to_ms: Option<i64>,
+    /// The `next` of the previous page.
+    pub after: Option<String>,
+    /// Page size, 1 to 500 (default 50).
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveriesOut {
+    /// Newest first.
+    #[schema(value_type = Vec<Object>)]
+    pub items: Vec<Delivery>,
+    /// Pass as `after` for the next page; absent on the last page.
+    pub next: Option<String>,
+}
+
+fn bad_query(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", message)
+}
+
+impl DeliveryQuery {
+    fn filter(&self) -> Result<DeliveryFilter, ApiError> {
+        let parse_time = |name: &str, ms: Option<i64>| match ms {
+            Some(ms) if ms < 0 => Err(bad_query(format!("{name} must be a Unix time in milliseconds, not negative"))),
+            Some(ms) => Ok(Some(Timestamp::from_millis(ms))),
+            None => Ok(None),
+        };
+        Ok(DeliveryFilter {
+            status: self.status.as_deref().map(str::parse).transpose().map_err(|_| {
+                bad_query("status must be one of PENDING, DELIVERING, DELIVERED, FAILED")
+            })?,
+            merchant_id: self
+                .merchant_id
+                .as_deref()
+                .map(MerchantId::parse)
+                .transpose()
+                .map_err(|_| bad_query("merchant_id must be a merchant id (mer_…)"))?,
+            event_type: self.event_type.clone().filter(|t| !t.is_empty()),
+            is_money: self.money,
+            ladder: self.ladder.as_deref().map(str::parse).transpose().map_err(|_| bad_query("ladder must be fast or slow"))?,
+            created_from: parse_time("created_from_ms", self.created_from_ms)?,
+            created_to: parse_time("created_to_ms", self.created_to_ms)?,
+        })
+    }
+}
+
+/// The cursor as clients see it: `<created_at ms>.<delivery id>`. Opaque to
+/// them; parsed strictly here.
+fn encode_cursor(c: &Cursor) -> String {
+    format!("{}.{}", c.created_at.as_millis(), c.id)
+}
+
+fn decode_cursor(s: &str) -> Result<Cursor, ApiError> {
+    let bad = || bad_query("after must be the `next` value of a previous page");
+    let (at, id) = s.split_once('.').ok_or_else(bad)?;
+    let at: i64 = at.parse().map_err(|_| bad())?;
+    Ok(Cursor { created_at: Timestamp::from_millis(at), id: DeliveryId::parse(id).map_err(|_| bad())? })
+}
+
+#[utoipa::path(get, path = "/api/v1/deliveries", tag = "webhooks", params(DeliveryQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "One page of deliveries, newest first", body = DeliveriesOut),
+        (status = 400, description = "A filter or the cursor is malformed", body = ErrorOut),
+        (status = 401, description = "Missing or wrong token", body = ErrorOut),
+    ))]
+pub async fn list_deliveries(State(state): State<AppState>, caller: Caller, Query(query): Query<DeliveryQuery>) -> Result<Json<DeliveriesOut>, ApiError> {
+    caller.require(ApiScope::Worker)?;
+    let filter = query.filter()?;
+    let after = query.after.as_deref().map(decode_cursor).transpose()?;
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(bad_query(format!("limit must be between 1 and {MAX_PAGE}")));
+    }
+    let page = state
+        .deliveries
+        .list_deliveries(&filter, after.as_ref(), limit)
+        .await
+        .map_err(|e| ApiError::internal("listing deliveries", &e))?;
+    Ok(Json(DeliveriesOut { next: page.next.as_ref().map(encode_cursor), items: page.items }))
 }

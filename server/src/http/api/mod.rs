@@ -8,6 +8,7 @@ pub mod error;
 pub mod events;
 pub mod leases;
 pub mod limits;
+pub mod merchants;
 pub mod openapi;
 pub mod penalties;
 pub mod permits;
@@ -54,6 +55,7 @@ pub fn documented_router() -> OpenApiRouter<AppState> {
         .merge(events::router())
         .merge(deliveries::router())
         .merge(limits::router())
+        .merge(merchants::router())
         .merge(buckets::router())
 }
 

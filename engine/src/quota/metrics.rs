@@ -1,0 +1,38 @@
+//! Counters of the limiter's decisions through the `metrics` facade, so every
+//! caller (HTTP API, retry middleware, in-process workers) is counted once,
+//! per instance. The server installs the Prometheus exporter; without a
+//! recorder these calls do nothing.
+//!
+//! Labels are bounded: `scope` comes from a rule (admins create those), never
+//! from the request, which is why a request matching no rule is counted under
+//! scope `_none`.
+
+use super::limiter::Outcome;
+
+/// Decisions by `scope`, `result` (`granted` / `refused`) and `reason`
+/// (empty for grants; a [`super::RefusalReason`] otherwise).
+pub const DECISIONS: &str = "sluice_quota_decisions_total";
+/// Booked waits of granted permits, seconds.
+pub const WAIT_SECONDS: &str = "sluice_quota_wait_seconds";
+/// Upstream 429s reported (`penalize`), by scope.
+pub const PENALTIES: &str = "sluice_quota_penalties_total";
+
+/// The scope label of a request no rule governs.
+pub const NO_RULE_SCOPE: &str = "_none";
+
+pub(crate) fn record_decision(scope: &str, outcome: &Outcome) {
+    match outcome {
+        Outcome::Granted(permit) => {
+            metrics::counter!(DECISIONS, "scope" => scope.to_owned(), "result" => "granted", "reason" => "").increment(1);
+            metrics::histogram!(WAIT_SECONDS, "scope" => scope.to_owned()).record(permit.wait.as_secs_f64());
+        }
+        Outcome::Refused(refusal) => {
+            metrics::counter!(DECISIONS, "scope" => scope.to_owned(), "result" => "refused", "reason" => refusal.reason.as_str())
+                .increment(1);
+        }
+    }
+}
+
+pub(crate) fn record_penalty(scope: &str) {
+    metrics::counter!(PENALTIES, "scope" => scope.to_owned()).increment(1);
+}

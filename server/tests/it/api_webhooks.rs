@@ -152,7 +152,7 @@ async fn admins_create_edit_and_rotate_merchants_and_every_write_is_audited() {
     let rows = audit_actions(&api, &id).await;
     let actions: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
     assert_eq!(actions.len(), 3, "{actions:?}");
-    for action in ["merchant.create", "merchant.update", "merchant.rotate_secret"] {
+    for action in ["merchant.create", "merchant.update_url", "merchant.rotate_secret"] {
         assert!(actions.contains(&action), "{action} missing: {actions:?}");
     }
     assert!(rows.iter().all(|r| r.0 == "admin-1"));

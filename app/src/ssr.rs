@@ -50,6 +50,10 @@ pub struct AppContext {
     /// when embedded, in Redis when distributed (connected lazily, so the
     /// Breakers page says "unavailable" rather than failing while Redis is down).
     pub upstream_breakers: UpstreamBreakers,
+    /// The delivery ladders' timings the worker runs with (product or demo).
+    pub delivery_ladder: sluice_engine::delivery::ladder::LadderConfig,
+    /// The merchant breakers' timings the worker runs with (product or demo).
+    pub delivery_breaker: sluice_engine::delivery::breaker::BreakerConfig,
     /// Throttles login attempts per username: Sluice's own limiter, with a
     /// fixed rule ([`auth::login_rule`]) on the same store as the quotas.
     pub login_limiter: Limiter,

@@ -10,7 +10,7 @@ use leptos::prelude::LeptosOptions;
 use sluice_app::ssr::AppContext;
 use sluice_engine::breaker::lazy::LazyRedisBreakerStore;
 use sluice_engine::breaker::memory::MemoryBreakerStore;
-use sluice_engine::breaker::{Breaker, BreakerConfig, BreakerStore};
+use sluice_engine::breaker::{Breaker, BreakerConfig as UpstreamBreakerConfig, BreakerStore};
 use sluice_engine::clock::{SharedClock, SystemClock};
 use sluice_engine::db::{Backend, Db, PoolSettings};
 use sluice_engine::delivery::ssrf::SsrfPolicy;
@@ -114,6 +114,8 @@ impl Application {
             deliveries: deliveries.clone(),
             ssrf: SsrfPolicy { allow: settings.delivery_allow_networks.clone() },
             upstream_breakers: build_upstream_breakers(&settings, &clock),
+            delivery_ladder: delivery_timing(&settings).0,
+            delivery_breaker: delivery_timing(&settings).1,
             login_limiter,
             history: QuotaHistory::new(
                 db.clone(),
@@ -227,7 +229,7 @@ fn build_upstream_breakers(settings: &Settings, clock: &SharedClock) -> Breaker 
         None => Arc::new(MemoryBreakerStore::new(clock.clone())),
         Some(url) => Arc::new(LazyRedisBreakerStore::new(url.as_str(), settings.redis_prefix.clone())),
     };
-    Breaker::new(store, BreakerConfig::default())
+    Breaker::new(store, UpstreamBreakerConfig::default())
 }
 
 /// The limiter over `store`, with the rule set from the database (the seeds'

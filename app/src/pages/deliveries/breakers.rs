@@ -59,12 +59,11 @@ pub const UPSTREAM_RESET: &str = "upstream_breaker.reset";
 
 #[server(prefix = "/ui", endpoint = "breakers/list")]
 pub async fn list_breakers() -> Result<BreakersView, ServerFnError> {
-    use sluice_engine::delivery::breaker::BreakerConfig;
     use resets::recent_resets;
     crate::ssr::auth::require(Role::Viewer).await?;
     let ctx = crate::ssr::context()?;
     let now = ctx.clock.now();
-    let all = ctx.deliveries.list_merchants(now, &BreakerConfig::default()).await.map_err(|e| crate::ssr::internal("listing merchant breakers", e))?;
+    let all = ctx.deliveries.list_merchants(now, &ctx.delivery_breaker).await.map_err(|e| crate::ssr::internal("listing merchant breakers", e))?;
     let ms = |t: sluice_engine::clock::Timestamp| t.as_millis();
     let merchants = all
         .into_iter()
@@ -135,7 +134,6 @@ fn reason_or_refuse(reason: &str) -> Result<&str, ServerFnError> {
 /// deliveries become due at once.
 #[server(prefix = "/ui", endpoint = "breakers/reset_merchant")]
 pub async fn reset_merchant_breaker(merchant_id: String, reason: String) -> Result<(), ServerFnError> {
-    use sluice_engine::delivery::breaker::BreakerConfig;
     use sluice_engine::delivery::model::MerchantId;
     use sluice_engine::delivery::ops::{self, OpsError};
     use sluice_engine::delivery::StoreError;
@@ -147,7 +145,7 @@ pub async fn reset_merchant_breaker(merchant_id: String, reason: String) -> Resu
         ServerFnError::new("no merchant with this id")
     };
     let id = MerchantId::parse(&merchant_id).map_err(|_| not_found())?;
-    match ops::reset_breaker(&ctx.deliveries, &id, &BreakerConfig::default(), ctx.clock.now()).await {
+    match ops::reset_breaker(&ctx.deliveries, &id, &ctx.delivery_breaker, ctx.clock.now()).await {
         Ok(c) => super::server::audit(&ctx, &me.username, MERCHANT_RESET, id.as_str(), Some(&c.before), Some(&c.after), Some(reason)).await,
         Err(OpsError::Store(StoreError::UnknownMerchant(_))) => Err(not_found()),
         Err(e) => Err(crate::ssr::internal("resetting the breaker", e)),

@@ -67,13 +67,12 @@ pub struct DeliveryView {
 
 #[server(prefix = "/ui", endpoint = "deliveries/detail")]
 pub async fn delivery_detail(id: String) -> Result<Option<DeliveryView>, ServerFnError> {
-    use sluice_engine::delivery::ladder::LadderConfig;
     use sluice_engine::delivery::model::DeliveryId;
     use sluice_engine::delivery::StoreError;
     crate::ssr::auth::require(Role::Viewer).await?;
     let ctx = crate::ssr::context()?;
     let Ok(id) = DeliveryId::parse(&id) else { return Ok(None) };
-    let d = match ctx.deliveries.delivery_detail(&id, &LadderConfig::default()).await {
+    let d = match ctx.deliveries.delivery_detail(&id, &ctx.delivery_ladder).await {
         Ok(d) => d,
         Err(StoreError::UnknownDelivery(_)) => return Ok(None),
         Err(e) => return Err(crate::ssr::internal("reading the delivery", e)),

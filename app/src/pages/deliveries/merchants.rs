@@ -51,11 +51,10 @@ pub fn secret_hint(secret: &str) -> String {
 
 #[server(prefix = "/ui", endpoint = "merchants/list")]
 pub async fn list_merchants() -> Result<Vec<MerchantView>, ServerFnError> {
-    use sluice_engine::delivery::breaker::BreakerConfig;
     crate::ssr::auth::require(Role::Viewer).await?;
     let ctx = crate::ssr::context()?;
     let now = ctx.clock.now();
-    let all = ctx.deliveries.list_merchants(now, &BreakerConfig::default()).await.map_err(|e| crate::ssr::internal("listing merchants", e))?;
+    let all = ctx.deliveries.list_merchants(now, &ctx.delivery_breaker).await.map_err(|e| crate::ssr::internal("listing merchants", e))?;
     Ok(all
         .into_iter()
         .map(|o| {
@@ -101,7 +100,6 @@ fn merchant_id(id: &str) -> Result<sluice_engine::delivery::model::MerchantId, M
 /// secret in the answer is shown once.
 #[server(prefix = "/ui", endpoint = "merchants/create")]
 pub async fn create_merchant(name: String, url: String, scheme: String, secret: Option<String>) -> Result<MerchantResult, ServerFnError> {
-    use sluice_engine::delivery::breaker::BreakerConfig;
     use sluice_engine::delivery::model::MerchantIn;
     use sluice_engine::delivery::ops;
     let me = crate::ssr::auth::require(Role::Admin).await?;
@@ -110,7 +108,7 @@ pub async fn create_merchant(name: String, url: String, scheme: String, secret: 
         return Ok(MerchantResult::Invalid(vec![FieldError { field: "scheme".into(), message: "choose sluice or standard_webhooks".into() }]));
     };
     let input = MerchantIn { name, url: url.trim().to_owned(), scheme, secret: secret.filter(|s| !s.is_empty()) };
-    match ops::create_merchant(&ctx.deliveries, input, &ctx.ssrf, &BreakerConfig::default(), ctx.clock.now()).await {
+    match ops::create_merchant(&ctx.deliveries, input, &ctx.ssrf, &ctx.delivery_breaker, ctx.clock.now()).await {
         Ok(m) => {
             super::server::audit(&ctx, &me.username, "merchant.create", m.id.as_str(), None, Some(&m), None).await?;
             Ok(MerchantResult::Ok { id: m.id.as_str().to_owned(), name: m.name.clone(), secret: Some(m.secret.clone()) })

@@ -133,7 +133,7 @@ pub async fn create_token(db: &Db, name: &str, scope: ApiScope, now: Timestamp) 
 /// The live (not revoked) token with this secret, if any; notes its use.
 pub async fn authenticate(db: &Db, secret: &str, now: Timestamp) -> Result<Option<ApiToken>, TokenError> {
     let row = sqlx::query(
-        "SELECT id, name, scope, created_at FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL",
+        "SELECT id, name, scope, created_at, last_used_at FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL",
     )
     .bind(hash(secret))
     .fetch_optional(db.pool())
@@ -147,12 +147,18 @@ pub async fn authenticate(db: &Db, secret: &str, now: Timestamp) -> Result<Optio
         scope,
         created_at: Timestamp::from_millis(row.try_get("created_at")?),
     };
-    sqlx::query("UPDATE api_tokens SET last_used_at = $1 WHERE id = $2 AND (last_used_at IS NULL OR last_used_at < $3)")
-        .bind(now.as_millis())
-        .bind(&token.id)
-        .bind(now.as_millis() - LAST_USED_EVERY_MS)
-        .execute(db.pool())
-        .await?;
+    // Written at most once a minute, and only then: an UPDATE that matches
+    // nothing still takes SQLite's write lock, which serialised every API
+    // call behind it (measured: docs/benchmarks.md, "Worker API").
+    let last_used: Option<i64> = row.try_get("last_used_at")?;
+    if last_used.is_none_or(|at| at < now.as_millis() - LAST_USED_EVERY_MS) {
+        sqlx::query("UPDATE api_tokens SET last_used_at = $1 WHERE id = $2 AND (last_used_at IS NULL OR last_used_at < $3)")
+            .bind(now.as_millis())
+            .bind(&token.id)
+            .bind(now.as_millis() - LAST_USED_EVERY_MS)
+            .execute(db.pool())
+            .await?;
+    }
     Ok(Some(token))
 }
 

@@ -6,7 +6,7 @@ use leptos_router::components::{Route, Router, Routes, A};
 use leptos_router::{SsrMode, StaticSegment};
 
 use crate::auth::{current_user, LoginPage, Logout, Role, UserResource};
-use crate::pages::{OverviewPage, UsersPage};
+use crate::pages::{AuditPage, LimitsPage, OverviewPage, SimulatorPage, UsersPage};
 
 /// The whole document, rendered by the server around [`App`].
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -36,6 +36,9 @@ struct NavItem {
 
 const NAV: &[NavItem] = &[
     NavItem { href: "/", label: "Overview", role: Role::Viewer },
+    NavItem { href: "/limits", label: "Limits", role: Role::Viewer },
+    NavItem { href: "/simulator", label: "Simulator", role: Role::Viewer },
+    NavItem { href: "/audit", label: "Audit log", role: Role::Support },
     NavItem { href: "/users", label: "Users & tokens", role: Role::Admin },
 ];
 
@@ -75,6 +78,9 @@ pub fn App() -> impl IntoView {
                         <Route path=StaticSegment("") view=OverviewPage ssr=SsrMode::Async/>
                         <Route path=StaticSegment("login") view=LoginPage/>
                         <Route path=StaticSegment("users") view=UsersPage ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("limits") view=LimitsPage ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("simulator") view=SimulatorPage ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("audit") view=AuditPage ssr=SsrMode::Async/>
                     </Routes>
                 </main>
             </div>

@@ -5,5 +5,6 @@ mod api;
 mod auth;
 mod cli;
 mod helpers;
+mod limits;
 mod ops;
 mod pages;

@@ -216,22 +216,20 @@ async fn an_edit_reaches_another_instance_on_the_same_database_within_two_second
     )
     .await;
     let admin = first.signed_in(Role::Admin).await;
-    let viewer_on_second = second.signed_in(Role::Viewer).await;
+    let (_, worker) = create_token(&first.db.db(), "worker-2", ApiScope::Worker, SystemClock.now()).await.expect("token");
+    let worker = worker.expose().to_owned();
     let scope = unique_scope("spread");
-    let resolve = [("scope", scope.as_str()), ("method", "GET"), ("path", "/x")];
-    let (_, body) = json(second.call(&viewer_on_second, "/ui/limits/resolve", &resolve).await).await;
-    assert_eq!(body, Value::String("NoRule".into()), "no rule yet: {body}");
+    let (status, body) = permit(&second, &worker, &scope, "a").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "no rule yet on the second instance: {body}");
 
-    let id = create(&first, &admin, &form(&scope, "9", "1m")).await;
-    let edited = Instant::now();
-    let deadline = edited + Duration::from_secs(2);
+    create(&first, &admin, &form(&scope, "9", "1m")).await;
+    let deadline = Instant::now() + Duration::from_secs(2);
     loop {
-        let (_, body) = json(second.call(&viewer_on_second, "/ui/limits/resolve", &resolve).await).await;
-        if body["Rule"]["id"] == id.as_str() {
-            assert_eq!(body["Rule"]["tokens"], 9);
+        let (status, body) = permit(&second, &worker, &scope, "a").await;
+        if status == StatusCode::OK {
             break;
         }
-        assert!(Instant::now() < deadline, "the second instance still answers {body} 2 s after the edit");
+        assert!(Instant::now() < deadline, "the second instance still answers {status} {body} 2 s after the edit");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -305,7 +303,8 @@ async fn the_audit_log_pages_newest_first_without_gaps_and_filters() {
     // 120 entries; several share a millisecond, which the (at, id) keyset handles.
     for n in 0..120i64 {
         let action = if n % 3 == 0 { "limit.update" } else { "breaker.reset" };
-        let entry = AuditEntry::<Value> { actor: "alice", action, target: &format!("t{n}"), before: None, after: None, reason: Some("test") };
+        let target = format!("t{n}");
+        let entry = AuditEntry::<Value> { actor: "alice", action, target: &target, before: None, after: None, reason: Some("test") };
         audit::record(&db, entry, Timestamp::from_millis(1_700_000_000_000 + n / 4)).await.expect("record");
     }
     let support = app.signed_in(Role::Support).await;

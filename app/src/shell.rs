@@ -7,7 +7,8 @@ use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
 use crate::auth::{current_user, LoginPage, Logout, Role, UserResource};
 use crate::pages::{
-    BreakersPage, DeliveriesPage, DeliveryPage, MerchantsPage, OverviewPage, QuotaAccountPage, QuotasPage, UsersPage,
+    AuditPage, BreakersPage, DeliveriesPage, DeliveryPage, LimitsPage, MerchantsPage, OverviewPage, QuotaAccountPage,
+    QuotasPage, SimulatorPage, UsersPage,
 };
 
 /// The whole document, rendered by the server around [`App`].
@@ -39,9 +40,12 @@ struct NavItem {
 const NAV: &[NavItem] = &[
     NavItem { href: "/", label: "Overview", role: Role::Viewer },
     NavItem { href: "/quotas", label: "Quotas", role: Role::Viewer },
+    NavItem { href: "/limits", label: "Limits", role: Role::Viewer },
     NavItem { href: "/deliveries", label: "Deliveries", role: Role::Viewer },
     NavItem { href: "/merchants", label: "Merchants", role: Role::Viewer },
     NavItem { href: "/breakers", label: "Breakers", role: Role::Viewer },
+    NavItem { href: "/simulator", label: "Simulator", role: Role::Viewer },
+    NavItem { href: "/audit", label: "Audit log", role: Role::Support },
     NavItem { href: "/users", label: "Users & tokens", role: Role::Admin },
 ];
 
@@ -91,6 +95,9 @@ pub fn App() -> impl IntoView {
                         <Route path=(StaticSegment("deliveries"), ParamSegment("id")) view=DeliveryPage ssr=SsrMode::Async/>
                         <Route path=StaticSegment("merchants") view=MerchantsPage ssr=SsrMode::Async/>
                         <Route path=StaticSegment("breakers") view=BreakersPage ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("limits") view=LimitsPage ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("simulator") view=SimulatorPage ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("audit") view=AuditPage ssr=SsrMode::Async/>
                     </Routes>
                 </main>
             </div>

@@ -67,6 +67,19 @@ pub struct SimulationReport {
     pub drain_time: Duration,
 }
 
+impl SimulationReport {
+    /// The most permits issued inside one window of length `window`, windows
+    /// counted from second zero: seed 003's 12 where the upstream allows 3.
+    pub fn busiest_window(&self, window: Duration) -> u32 {
+        let width = window.as_micros().max(1);
+        let mut per_window: std::collections::HashMap<u128, u32> = std::collections::HashMap::new();
+        for p in &self.permits {
+            *per_window.entry(p.at.as_micros() / width).or_default() += 1;
+        }
+        per_window.into_values().max().unwrap_or(0)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SimulationError {
     #[error("workers: must be between 1 and 1000")]
@@ -166,6 +179,7 @@ mod tests {
         let report = simulate(&input).expect("valid input");
         assert_eq!(at_secs(&report), vec![0; 12]);
         assert_eq!(report.over_limit, 9);
+        assert_eq!(report.busiest_window(TEN), 12);
         assert_eq!(report.drain_time, Duration::ZERO);
         let per_worker: Vec<usize> = (0..4).map(|w| report.permits.iter().filter(|p| p.worker == w).count()).collect();
         assert_eq!(per_worker, vec![3, 3, 3, 3]);
@@ -184,6 +198,7 @@ mod tests {
         // The pause ends at 4 s, inside the first window, which still has 3 slots.
         assert_eq!(at_secs(&report), vec![4, 4, 4, 10, 10, 10, 20, 20, 20, 30, 30, 30]);
         assert_eq!(report.over_limit, 0);
+        assert_eq!(report.busiest_window(TEN), 3);
         assert_eq!(report.drain_time, Duration::from_secs(30));
     }
 

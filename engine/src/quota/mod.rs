@@ -97,6 +97,7 @@
 //! `ManualClock`. A parity test feeds the same pseudo-random operations to the
 //! Rust and the Lua math and compares every answer.
 
+pub mod admin;
 pub mod decision;
 pub mod fallback;
 pub mod history;
@@ -111,6 +112,7 @@ pub mod rules_repo;
 pub mod stats;
 pub mod store;
 
+pub use admin::{RuleAdmin, RuleAdminError};
 pub use decision::{BucketState, Decision, Usage};
 pub use fallback::{FallbackStore, StorePolicy};
 pub use lazy::LazyRedisStore;
@@ -120,7 +122,7 @@ pub use limiter::{
 pub use memory::MemoryStore;
 pub use redis::{RedisSettings, RedisStore};
 pub use registry::RuleRegistry;
-pub use rule::{Algorithm, Limit, Rule, RuleError, RuleId};
-pub use rules_repo::{RuleChange, RuleReloader, RulesRepo, RulesRepoError};
+pub use rule::{Algorithm, Limit, Rule, RuleDraft, RuleError, RuleId};
+pub use rules_repo::{RuleChange, RuleHistoryEntry, RuleReloader, RulesRepo, RulesRepoError};
 pub use stats::{BucketKey, BucketStats, RefusalReason};
 pub use store::{QuotaStore, StoreError, StoreHealth};

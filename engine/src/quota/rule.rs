@@ -124,29 +124,32 @@ impl Limit {
     }
 
     pub fn validate(&self) -> Result<(), RuleError> {
+        self.errors().into_iter().next().map_or(Ok(()), Err)
+    }
+
+    /// Every invalid field, at most one error per field (tokens, interval,
+    /// burst), so a form can mark them all at once.
+    pub fn errors(&self) -> Vec<RuleError> {
+        let mut errors = Vec::new();
         if self.tokens < 1 {
-            return Err(RuleError::Tokens);
+            errors.push(RuleError::Tokens);
+        } else if self.algorithm == Algorithm::SlidingLog && self.tokens > 100_000 {
+            errors.push(RuleError::LogTooLarge);
         }
         if self.interval.is_zero() {
-            return Err(RuleError::Interval);
-        }
-        if self.interval > Duration::from_secs(366 * 24 * 3600) {
-            return Err(RuleError::IntervalTooLong);
+            errors.push(RuleError::Interval);
+        } else if self.interval > Duration::from_secs(366 * 24 * 3600) {
+            errors.push(RuleError::IntervalTooLong);
+        } else if u128::from(self.burst.max(self.tokens)) * self.interval.as_micros() >= 1 << 52 {
+            // The Lua script computes in doubles: keep burst × interval (µs) exact.
+            errors.push(RuleError::TooLarge);
         }
         if self.burst < 1 {
-            return Err(RuleError::Burst);
+            errors.push(RuleError::Burst);
+        } else if self.algorithm != Algorithm::TokenBucket && self.burst != self.tokens && self.tokens >= 1 {
+            errors.push(RuleError::BurstOnWindow);
         }
-        if self.algorithm != Algorithm::TokenBucket && self.burst != self.tokens {
-            return Err(RuleError::BurstOnWindow);
-        }
-        // The Lua script computes in doubles: keep burst × interval (µs) exact.
-        if u128::from(self.burst.max(self.tokens)) * self.interval.as_micros() >= 1 << 52 {
-            return Err(RuleError::TooLarge);
-        }
-        if self.algorithm == Algorithm::SlidingLog && self.tokens > 100_000 {
-            return Err(RuleError::LogTooLarge);
-        }
-        Ok(())
+        errors
     }
 }
 
@@ -268,32 +271,37 @@ impl Rule {
 
     /// Check every field; the first invalid one is reported.
     pub fn validate(&self) -> Result<(), RuleError> {
-        validate_scope(&self.scope)?;
-        if let Some(m) = &self.method {
-            if !METHODS.contains(&m.as_str()) {
-                return Err(RuleError::Method);
-            }
+        self.errors().into_iter().next().map_or(Ok(()), Err)
+    }
+
+    /// Every invalid field, at most one error per field, in form order.
+    pub fn errors(&self) -> Vec<RuleError> {
+        let mut errors = Vec::new();
+        if let Err(e) = validate_scope(&self.scope) {
+            errors.push(e);
         }
-        if let Some(p) = &self.path {
-            validate_path(p)?;
+        if self.method.as_ref().is_some_and(|m| !METHODS.contains(&m.as_str())) {
+            errors.push(RuleError::Method);
         }
-        if self.scope == GLOBAL_SCOPE && (self.method.is_some() || self.path.is_some()) {
-            return Err(RuleError::GlobalWithPath);
+        if let Some(Err(e)) = self.path.as_deref().map(validate_path) {
+            errors.push(e);
+        } else if self.scope == GLOBAL_SCOPE && (self.method.is_some() || self.path.is_some()) {
+            errors.push(RuleError::GlobalWithPath);
         }
-        self.limit.validate()?;
+        errors.extend(self.limit.errors());
         if self.concurrency == Some(0) {
-            return Err(RuleError::Concurrency);
+            errors.push(RuleError::Concurrency);
         }
         if self.max_wait.is_some_and(|w| w > Duration::from_secs(3600)) {
-            return Err(RuleError::MaxWait);
+            errors.push(RuleError::MaxWait);
         }
         if self.min_penalty.is_some_and(|w| w > Duration::from_secs(86_400)) {
-            return Err(RuleError::MinPenalty);
+            errors.push(RuleError::MinPenalty);
         }
         if self.note.chars().count() > 1000 {
-            return Err(RuleError::Note);
+            errors.push(RuleError::Note);
         }
-        Ok(())
+        errors
     }
 
     /// The wait ceiling for a call that asks for `call_max_wait` (if any).
@@ -328,6 +336,70 @@ fn validate_path(path: &str) -> Result<(), RuleError> {
         }
     }
     Ok(())
+}
+
+/// A rule as a person or a client writes it, before validation: what the
+/// HTTP API's JSON and the Limits page's form both become, so the two accept
+/// and refuse exactly the same rules.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuleDraft {
+    pub scope: String,
+    /// Empty or absent: any method.
+    pub method: Option<String>,
+    /// Empty or absent: the scope's default rule.
+    pub path: Option<String>,
+    /// Absent: `token_bucket`.
+    pub algorithm: Option<String>,
+    pub tokens: u32,
+    pub interval: Duration,
+    /// Absent: `tokens`.
+    pub burst: Option<u32>,
+    pub concurrency: Option<u32>,
+    pub max_wait: Option<Duration>,
+    pub min_penalty: Option<Duration>,
+    pub shadow: bool,
+    pub enabled: bool,
+    pub note: String,
+}
+
+impl RuleDraft {
+    /// The validated rule with id `id`, or every invalid field's error
+    /// (one per field).
+    pub fn into_rule(self, id: RuleId) -> Result<Rule, Vec<RuleError>> {
+        let given = |s: Option<String>| s.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
+        let algorithm = given(self.algorithm).map_or(Ok(Algorithm::TokenBucket), |a| a.parse::<Algorithm>());
+        let limit = Limit {
+            algorithm: *algorithm.as_ref().unwrap_or(&Algorithm::TokenBucket),
+            tokens: self.tokens,
+            interval: self.interval,
+            burst: self.burst.unwrap_or(self.tokens),
+        };
+        let method = given(self.method);
+        let path = given(self.path);
+        let mut rule = Rule::new(self.scope.trim(), method.as_deref(), path.as_deref(), limit);
+        rule.id = id;
+        rule.concurrency = self.concurrency;
+        rule.max_wait = self.max_wait;
+        rule.min_penalty = self.min_penalty;
+        rule.shadow = self.shadow;
+        rule.enabled = self.enabled;
+        rule.note = self.note.trim().to_owned();
+        let mut errors = rule.errors();
+        if self.burst.is_none() {
+            // Burst defaulted to tokens: a problem there is the tokens' problem.
+            errors.retain(|e| e.field() != "burst");
+        }
+        if let Err(e) = algorithm {
+            // Burst rules depend on the algorithm: report the algorithm alone.
+            errors.retain(|e| e.field() != "burst");
+            errors.insert(0, e);
+        }
+        if errors.is_empty() {
+            Ok(rule)
+        } else {
+            Err(errors)
+        }
+    }
 }
 
 /// The limits the seeds name. Ids are stable so re-seeding is idempotent.
@@ -404,6 +476,53 @@ mod tests {
         let r = Rule::new("bad scope", None, None, Limit::token_bucket(1, s, 1));
         assert_eq!(r.validate(), Err(RuleError::Scope));
         assert!(Rule::new("pricing", Some("put"), Some("/p/{sku}/*"), Limit::token_bucket(1, s, 1)).validate().is_ok());
+    }
+
+    #[test]
+    fn a_draft_reports_every_invalid_field_once() {
+        let draft = RuleDraft {
+            scope: "bad scope".into(),
+            method: Some("FETCH".into()),
+            path: Some("/a/{b".into()),
+            algorithm: Some("token_bucket".into()),
+            tokens: 0,
+            interval: Duration::ZERO,
+            burst: Some(0),
+            concurrency: Some(0),
+            max_wait: Some(Duration::from_secs(7200)),
+            min_penalty: None,
+            shadow: false,
+            enabled: true,
+            note: String::new(),
+        };
+        let fields: Vec<&str> = draft.into_rule(RuleId::generate()).err().unwrap_or_default().iter().map(RuleError::field).collect();
+        assert_eq!(fields, ["scope", "method", "path", "tokens", "interval", "burst", "concurrency", "max_wait"]);
+    }
+
+    #[test]
+    fn a_draft_trims_and_defaults_like_a_form_expects() {
+        let draft = RuleDraft {
+            scope: " pricing ".into(),
+            method: Some(" put ".into()),
+            path: Some("".into()),
+            algorithm: None,
+            tokens: 40,
+            interval: Duration::from_secs(1),
+            burst: None,
+            concurrency: None,
+            max_wait: None,
+            min_penalty: None,
+            shadow: true,
+            enabled: true,
+            note: " n ".into(),
+        };
+        let rule = draft.clone().into_rule(RuleId("r".into())).expect("valid");
+        assert_eq!((rule.scope.as_str(), rule.method.as_deref(), rule.path.as_deref()), ("pricing", Some("PUT"), None));
+        assert_eq!(rule.limit, Limit::token_bucket(40, Duration::from_secs(1), 40));
+        assert_eq!(rule.note, "n");
+        let unknown = RuleDraft { algorithm: Some("leaky".into()), burst: Some(7), ..draft };
+        let errors = unknown.into_rule(RuleId("r".into())).err().unwrap_or_default();
+        assert_eq!(errors, vec![RuleError::Algorithm("leaky".into())]);
     }
 
     #[test]

@@ -8,5 +8,6 @@ mod cli;
 mod deliveries_ui;
 mod demo;
 mod helpers;
+mod limits;
 mod ops;
 mod pages;

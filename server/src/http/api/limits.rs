@@ -1,20 +1,20 @@
-//! Limit rules: read by any token, written by admin tokens. Every write is
-//! audited and applied to this instance at once (others follow within the
-//! reloader's period).
+//! Limit rules: read by any token, written by admin tokens through the
+//! engine's `RuleAdmin` (the Limits page's write path too): validated, audited
+//! and applied to this instance at once (others follow within the reloader's
+//! period).
 
 use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-use sluice_engine::quota::{Algorithm, Limit, Rule, RuleChange, RuleId, RuleReloader, RulesRepoError};
+use sluice_engine::quota::{Rule, RuleAdmin, RuleAdminError, RuleDraft, RuleId};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::{AdminCaller, Caller};
 use super::error::{ApiError, ErrorOut, Json, Path};
-use sluice_engine::audit::{record, AuditEntry};
 use crate::state::AppState;
 use sluice_engine::tokens::ApiScope;
 
@@ -49,23 +49,23 @@ pub struct LimitIn {
 }
 
 impl LimitIn {
-    fn into_rule(self, id: RuleId) -> Result<Rule, ApiError> {
-        let algorithm: Algorithm = self.algorithm.as_deref().unwrap_or("token_bucket").parse().map_err(invalid_rule)?;
-        let limit = Limit {
-            algorithm,
+    /// The same draft the Limits page builds from its form.
+    fn into_draft(self) -> RuleDraft {
+        RuleDraft {
+            scope: self.scope,
+            method: self.method,
+            path: self.path,
+            algorithm: self.algorithm,
             tokens: self.tokens,
             interval: Duration::from_millis(self.interval_ms),
-            burst: self.burst.unwrap_or(self.tokens),
-        };
-        let mut rule = Rule::new(&self.scope, self.method.as_deref(), self.path.as_deref(), limit);
-        rule.id = id;
-        rule.concurrency = self.concurrency;
-        rule.max_wait = self.max_wait_ms.map(Duration::from_millis);
-        rule.min_penalty = self.min_penalty_ms.map(Duration::from_millis);
-        rule.shadow = self.shadow;
-        rule.enabled = self.enabled.unwrap_or(true);
-        rule.note = self.note;
-        Ok(rule)
+            burst: self.burst,
+            concurrency: self.concurrency,
+            max_wait: self.max_wait_ms.map(Duration::from_millis),
+            min_penalty: self.min_penalty_ms.map(Duration::from_millis),
+            shadow: self.shadow,
+            enabled: self.enabled.unwrap_or(true),
+            note: self.note,
+        }
     }
 }
 
@@ -75,37 +75,17 @@ pub struct LimitsOut {
     pub limits: Vec<Rule>,
 }
 
-fn invalid_rule(e: impl std::fmt::Display) -> ApiError {
-    ApiError::invalid("invalid_rule", e.to_string())
-}
-
-fn repo_error(e: RulesRepoError) -> ApiError {
+fn admin_error(e: RuleAdminError) -> ApiError {
     match e {
-        RulesRepoError::Invalid(e) => invalid_rule(e),
-        RulesRepoError::Conflict => ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
-        RulesRepoError::NotFound(id) => ApiError::not_found(format!("no limit rule with id '{id}'")),
+        RuleAdminError::Invalid(_) => ApiError::invalid("invalid_rule", e.to_string()),
+        RuleAdminError::Conflict => ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
+        RuleAdminError::NotFound(id) => ApiError::not_found(format!("no limit rule with id '{id}'")),
         e => ApiError::internal("writing a limit rule", &e),
     }
 }
 
-/// Audit the change and apply it here now. The audit row is written after
-/// the rule (RulesRepo owns its transaction); a failed audit write is an
-/// error the admin sees.
-async fn after_change(state: &AppState, caller: &Caller, action: &str, target: &RuleId, change: &RuleChange) -> Result<(), ApiError> {
-    let entry = AuditEntry {
-        actor: &caller.0.name,
-        action,
-        target: target.as_str(),
-        before: change.before.as_ref(),
-        after: change.after.as_ref(),
-        reason: None,
-    };
-    record(&state.db, entry, state.clock.now()).await.map_err(|e| ApiError::internal("writing the audit log", &e))?;
-    if let Err(e) = RuleReloader::new(state.rules.clone(), state.limiter.clone()).run_once().await {
-        // The background reloader retries within a second; the write stands.
-        tracing::warn!(error = %e, "reloading rules after an API write");
-    }
-    Ok(())
+fn rule_admin(state: &AppState) -> RuleAdmin {
+    RuleAdmin::new(state.db.clone(), state.rules.clone(), state.limiter.clone())
 }
 
 #[utoipa::path(get, path = "/api/v1/limits", tag = "limits", security(("bearer" = [])),
@@ -123,11 +103,7 @@ pub async fn list_limits(State(state): State<AppState>, caller: Caller) -> Resul
         (status = 422, description = "Invalid rule", body = ErrorOut),
         (status = 403, description = "Needs an admin token", body = ErrorOut)))]
 pub async fn create_limit(State(state): State<AppState>, AdminCaller(caller): AdminCaller, Json(input): Json<LimitIn>) -> Result<(StatusCode, Json<Rule>), ApiError> {
-    let rule = input.into_rule(RuleId::generate())?;
-    let id = rule.id.clone();
-    let change = state.rules.create(rule, &caller.0.name, state.clock.now()).await.map_err(repo_error)?;
-    after_change(&state, &caller, "limit.create", &id, &change).await?;
-    let created = change.after.ok_or_else(|| ApiError::not_found("the rule vanished"))?;
+    let created = rule_admin(&state).create(input.into_draft(), &caller.0.name, state.clock.now()).await.map_err(admin_error)?;
     Ok((StatusCode::CREATED, Json(created)))
 }
 
@@ -143,11 +119,8 @@ pub async fn update_limit(
     Path(id): Path<String>,
     Json(input): Json<LimitIn>,
 ) -> Result<Json<Rule>, ApiError> {
-    let id = RuleId(id);
-    let rule = input.into_rule(id.clone())?;
-    let change = state.rules.update(rule, &caller.0.name, state.clock.now()).await.map_err(repo_error)?;
-    after_change(&state, &caller, "limit.update", &id, &change).await?;
-    let updated = change.after.ok_or_else(|| ApiError::not_found("the rule vanished"))?;
+    let updated =
+        rule_admin(&state).update(&RuleId(id), input.into_draft(), &caller.0.name, state.clock.now()).await.map_err(admin_error)?;
     Ok(Json(updated))
 }
 
@@ -157,8 +130,6 @@ pub async fn update_limit(
         (status = 404, description = "No such rule", body = ErrorOut),
         (status = 403, description = "Needs an admin token", body = ErrorOut)))]
 pub async fn delete_limit(State(state): State<AppState>, AdminCaller(caller): AdminCaller, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
-    let id = RuleId(id);
-    let change = state.rules.delete(&id, &caller.0.name, state.clock.now()).await.map_err(repo_error)?;
-    after_change(&state, &caller, "limit.delete", &id, &change).await?;
+    rule_admin(&state).delete(&RuleId(id), &caller.0.name, state.clock.now()).await.map_err(admin_error)?;
     Ok(StatusCode::NO_CONTENT)
 }

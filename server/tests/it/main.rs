@@ -7,3 +7,4 @@ mod cli;
 mod helpers;
 mod ops;
 mod pages;
+mod quotas;

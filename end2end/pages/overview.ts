@@ -24,6 +24,11 @@ export class OverviewPage {
     await expect(this.page.locator('.frame[data-hydrated="true"]')).toHaveCount(1);
   }
 
+  /** One of the "where to look" cards: open-breakers, failed-deliveries, penalties, refusals, waits. */
+  attention(card: 'open-breakers' | 'failed-deliveries' | 'penalties' | 'refusals' | 'waits'): Locator {
+    return this.page.getByTestId(card);
+  }
+
   async secondsSinceUpdate(): Promise<number> {
     const text = (await this.freshness.textContent()) ?? '';
     const m = text.match(/updated (\d+) s ago/);

@@ -170,7 +170,7 @@ pub fn QuotasPage() -> impl IntoView {
         <form class="search" method="get" action="/quotas" role="search">
             <label for="account-search">"Account"</label>
             <input id="account-search" type="search" name="account" placeholder="part of an account name"
-                prop:value=move || search.get().0/>
+                value=move || search.get().0/>
             <button type="submit">"Search"</button>
         </form>
         <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
@@ -237,7 +237,7 @@ pub fn BucketTable(rows: Vec<BucketRow>, link_accounts: bool) -> impl IntoView {
                     <td>{account_cell}</td>
                     <td>{r.scope.clone()}</td>
                     <td><code>{r.rule.clone()}</code></td>
-                    <td class="num" data-testid="used">{fmt_opt(r.used())} " / " {fmt_opt(r.capacity)}</td>
+                    <td class="num" data-testid="used">{format!("{} / {}", fmt_opt(r.used()), fmt_opt(r.capacity))}</td>
                     <td class="num" data-testid="remaining">{fmt_opt(r.remaining)}</td>
                     <td class="num" data-testid="grants">{r.grants}</td>
                     <td class="num" data-testid="per-minute">{fmt_rate(r.per_minute)}</td>

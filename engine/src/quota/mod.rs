@@ -16,6 +16,8 @@
 //!   `penalize`, `observe`, `peek`, `release`, `stats`, `list_buckets`.
 //! - [`stats`]: per-bucket counters and the wait histogram.
 //! - [`rules_repo`]: rules in the database, their history, hot reload.
+//! - [`history`]: the counters sampled into per-slot deltas in the database,
+//!   for the Quotas charts and the Overview's last hour.
 //!
 //! # Resolution precedence
 //!

@@ -11,3 +11,4 @@ mod helpers;
 mod limits;
 mod ops;
 mod pages;
+mod quotas;

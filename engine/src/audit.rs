@@ -33,22 +33,8 @@ pub enum AuditError {
     Db(#[from] sqlx::Error),
 }
 
-/// One stored audit row.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AuditRecord {
-    pub id: String,
-    pub at: Timestamp,
-    pub actor: String,
-    pub action: String,
-    pub target: String,
-    pub before_json: Option<String>,
-    pub after_json: Option<String>,
-    pub reason: Option<String>,
-}
-
 /// The newest `limit` rows whose action is one of `actions`, newest first.
 pub async fn recent(db: &Db, actions: &[&str], limit: u32) -> Result<Vec<AuditRecord>, AuditError> {
-    use sqlx::Row;
     let placeholders: Vec<String> = (1..=actions.len()).map(|i| format!("${i}")).collect();
     let sql = format!(
         "SELECT id, at, actor, action, target, before_json, after_json, reason FROM audit_log \
@@ -61,21 +47,7 @@ pub async fn recent(db: &Db, actions: &[&str], limit: u32) -> Result<Vec<AuditRe
         q = q.bind(*a);
     }
     let rows = q.fetch_all(db.pool()).await?;
-    rows.iter()
-        .map(|r| {
-            Ok(AuditRecord {
-                id: r.try_get("id")?,
-                at: Timestamp::from_millis(r.try_get("at")?),
-                actor: r.try_get("actor")?,
-                action: r.try_get("action")?,
-                target: r.try_get("target")?,
-                before_json: r.try_get("before_json")?,
-                after_json: r.try_get("after_json")?,
-                reason: r.try_get("reason")?,
-            })
-        })
-        .collect::<Result<_, sqlx::Error>>()
-        .map_err(AuditError::from)
+    Ok(rows.iter().map(record_from_row).collect::<Result<Vec<_>, sqlx::Error>>()?)
 }
 
 pub async fn record<T: Serialize>(db: &Db, entry: AuditEntry<'_, T>, now: Timestamp) -> Result<(), AuditError> {

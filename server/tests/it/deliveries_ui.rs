@@ -288,7 +288,7 @@ async fn a_bulk_retry_changes_exactly_the_counted_set_and_audits_it() {
     assert_eq!(w.status(&other).await, DeliveryStatus::Failed, "outside the filter");
     let rows = audit::recent(&w.app.db.db(), &["delivery.bulk_retry"], 10).await.expect("audit");
     assert_eq!(rows.len(), 1);
-    assert!(rows[0].after_json.as_deref().expect("after").contains(failed[0].as_str()));
+    assert!(rows[0].after.as_ref().expect("after").to_string().contains(failed[0].as_str()));
     assert!(rows[0].target.contains("kyc.status_changed"));
     // A refused filter is a clear 422, never a retry of everything.
     let bad = w.app.call(&support, "/ui/deliveries/bulk_retry", &[("filter[ladder]", "sideways")]).await;

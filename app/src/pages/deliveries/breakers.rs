@@ -115,7 +115,7 @@ mod resets {
         let rows = audit::recent(&ctx.db, &[MERCHANT_RESET, UPSTREAM_RESET], 10).await.map_err(|e| internal("reading the audit log", e))?;
         Ok(rows
             .into_iter()
-            .map(|r| ResetView { at: r.at.as_millis(), actor: r.actor, action: r.action, target: r.target, reason: r.reason.unwrap_or_default() })
+            .map(|r| ResetView { at: r.at_ms, actor: r.actor, action: r.action, target: r.target, reason: r.reason.unwrap_or_default() })
             .collect())
     }
 }

@@ -1,0 +1,157 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { expect, type APIRequestContext, type Locator, type Page } from '@playwright/test';
+import { apiToken } from './login';
+
+/**
+ * A merchant webhook endpoint on 127.0.0.1, answering whatever `reply`
+ * says for each request (the e2e server allows loopback deliveries).
+ */
+export class MockMerchant {
+  received = 0;
+  private constructor(private server: http.Server, readonly url: string, public reply: (n: number) => number) {}
+
+  static async start(reply: (n: number) => number): Promise<MockMerchant> {
+    let merchant: MockMerchant | undefined;
+    const server = http.createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        const n = ++merchant!.received;
+        res.writeHead(merchant!.reply(n)).end();
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const port = (server.address() as AddressInfo).port;
+    merchant = new MockMerchant(server, `http://127.0.0.1:${port}/webhooks`, reply);
+    return merchant;
+  }
+
+  async stop() {
+    await new Promise((resolve) => this.server.close(resolve));
+  }
+}
+
+/** A name no other test run has used on this database. */
+export function unique(prefix: string): string {
+  return `${prefix} ${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
+}
+
+/** Hand an event over through the worker API; returns its delivery id. */
+export async function sendEvent(request: APIRequestContext, merchantId: string, eventType: string, status = 'new'): Promise<string> {
+  const resp = await request.post('/api/v1/events', {
+    headers: { Authorization: `Bearer ${apiToken('worker')}` },
+    data: { merchant_id: merchantId, event_type: eventType, payload: { status, order: 'o-1' }, idempotency_key: unique('e2e') },
+  });
+  expect(resp.status()).toBe(201);
+  return (await resp.json()).delivery_ids[0];
+}
+
+/** Merchants (admin writes). */
+export class MerchantsPage {
+  readonly table: Locator;
+  constructor(readonly page: Page) {
+    this.table = page.getByTestId('merchants');
+  }
+
+  async open() {
+    await this.page.goto('/merchants');
+    await expect(this.page.getByRole('heading', { level: 1, name: 'Merchants' })).toBeVisible();
+    await expect(this.page.locator('.frame[data-hydrated="true"]')).toHaveCount(1);
+  }
+
+  row(name: string): Locator {
+    return this.table.getByTestId('merchant-row').filter({ hasText: name });
+  }
+
+  /** Add a merchant through the form; returns its id (read from the table). */
+  async add(name: string, url: string): Promise<string> {
+    const form = this.page.getByTestId('add-merchant');
+    await form.getByLabel('Name').fill(name);
+    await form.getByLabel('Webhook URL').fill(url);
+    await form.getByRole('button', { name: 'Add merchant' }).click();
+    await expect(this.page.getByTestId('one-time-secret')).toBeVisible();
+    await expect(this.row(name)).toHaveCount(1);
+    const id = await this.row(name).getAttribute('data-id');
+    if (!id) throw new Error('merchant row without an id');
+    return id;
+  }
+}
+
+/** The deliveries list with its filter and bulk retry. */
+export class DeliveriesPage {
+  readonly rows: Locator;
+  constructor(readonly page: Page) {
+    this.rows = page.getByTestId('delivery-row');
+  }
+
+  async open(query: Record<string, string> = {}) {
+    const qs = new URLSearchParams(query).toString();
+    await this.page.goto(qs ? `/deliveries?${qs}` : '/deliveries');
+    await expect(this.page.getByRole('heading', { level: 1, name: 'Deliveries' })).toBeVisible();
+  }
+
+  /** Reload the filtered list until it shows `n` rows (the worker runs on its own). */
+  async waitForRows(query: Record<string, string>, n: number) {
+    await expect.poll(async () => {
+      await this.open(query);
+      return this.rows.count();
+    }, { timeout: 20_000 }).toBe(n);
+  }
+}
+
+/** One delivery: its ladder timeline. */
+export class DeliveryPage {
+  readonly status: Locator;
+  readonly attempts: Locator;
+  readonly planned: Locator;
+  constructor(readonly page: Page) {
+    this.status = page.getByTestId('delivery-status');
+    this.attempts = page.getByTestId('attempt');
+    this.planned = page.getByTestId('planned');
+  }
+
+  async open(id: string) {
+    await this.page.goto(`/deliveries/${id}`);
+    await expect(this.page.getByRole('heading', { level: 1, name: 'Delivery' })).toBeVisible();
+  }
+
+  async waitForStatus(id: string, status: string) {
+    await expect.poll(async () => {
+      await this.open(id);
+      return this.status.textContent();
+    }, { timeout: 20_000 }).toBe(status);
+  }
+}
+
+/** Merchant delivery breakers and upstream breakers. */
+export class BreakersPage {
+  constructor(readonly page: Page) {}
+
+  async open() {
+    await this.page.goto('/breakers');
+    await expect(this.page.getByRole('heading', { level: 1, name: 'Breakers' })).toBeVisible();
+  }
+
+  merchant(merchantId: string): Locator {
+    return this.page.locator(`[data-testid="merchant-breaker"][data-merchant="${merchantId}"]`);
+  }
+
+  state(merchantId: string): Locator {
+    return this.merchant(merchantId).getByTestId('breaker-state');
+  }
+
+  async waitForState(merchantId: string, state: string) {
+    await expect.poll(async () => {
+      await this.open();
+      return this.state(merchantId).textContent();
+    }, { timeout: 20_000 }).toBe(state);
+  }
+
+  async reset(merchantId: string, reason: string) {
+    await expect(this.page.locator('.frame[data-hydrated="true"]')).toHaveCount(1);
+    const row = this.merchant(merchantId);
+    await row.getByTestId('reset-open').click();
+    await row.getByTestId('reset-reason').fill(reason);
+    await row.getByTestId('reset-confirm').click();
+  }
+}

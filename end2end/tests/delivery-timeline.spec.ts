@@ -1,0 +1,27 @@
+import { expect, test } from '@playwright/test';
+import { signIn } from '../pages/login';
+import { DeliveryPage, MerchantsPage, MockMerchant, sendEvent, unique } from '../pages/deliveries';
+
+// Two 503s, then 200: the fast ladder retries after 1 s and 2 s, and the
+// page shows every attempt with its HTTP code.
+test("a delivery's timeline shows its attempts", async ({ page }) => {
+  const endpoint = await MockMerchant.start((n) => (n <= 2 ? 503 : 200));
+  try {
+    await signIn(page, 'admin', '/merchants');
+    const merchants = new MerchantsPage(page);
+    await merchants.open();
+    const merchantId = await merchants.add(unique('Timeline Shop'), endpoint.url);
+    const id = await sendEvent(page.request, merchantId, 'payment.status_changed', 'paid');
+
+    const delivery = new DeliveryPage(page);
+    await delivery.waitForStatus(id, 'DELIVERED');
+    await expect(delivery.attempts).toHaveCount(3);
+    await expect(delivery.attempts.getByTestId('attempt-code')).toHaveText(['503', '503', '200']);
+    await expect(delivery.planned).toHaveCount(0);
+    await expect(page.getByTestId('ceilings')).toContainText('30 days');
+    await expect(page.getByTestId('payload')).toContainText('"status": "paid"');
+    await page.screenshot({ path: 'artifacts/delivery.png', fullPage: true });
+  } finally {
+    await endpoint.stop();
+  }
+});

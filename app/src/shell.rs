@@ -56,13 +56,25 @@ pub fn App() -> impl IntoView {
     // for it, and it is how an operator's devtools tell SSR from hydrated.
     let hydrated = RwSignal::new(false);
     Effect::new(move |_| hydrated.set(true));
-    let user: UserResource = Resource::new(|| (), |_| current_user());
-    provide_context(user);
 
     view! {
         <Stylesheet id="sluice" href="/pkg/sluice.css"/>
         <Title formatter=|page: String| format!("{page} · Sluice")/>
         <Router>
+            <Frame hydrated/>
+        </Router>
+    }
+}
+
+/// The page frame, inside the router: the signed-in user is read again on
+/// every navigation, so signing in or out (a client-side redirect once
+/// hydrated) shows at once in the sidebar and in the pages' controls.
+#[component]
+fn Frame(hydrated: RwSignal<bool>) -> impl IntoView {
+    let location = leptos_router::hooks::use_location();
+    let user: UserResource = Resource::new(move || location.pathname.get(), |_| current_user());
+    provide_context(user);
+    view! {
             <div class="frame" data-hydrated=move || hydrated.get().to_string()>
                 <nav class="sidebar">
                     <a class="brand" href="/">"Sluice"</a>
@@ -101,7 +113,6 @@ pub fn App() -> impl IntoView {
                     </Routes>
                 </main>
             </div>
-        </Router>
     }
 }
 

@@ -83,3 +83,25 @@ pub fn internal(what: &str, error: impl std::fmt::Display) -> ServerFnError {
     tracing::error!(error = %error, "{what}");
     ServerFnError::new(format!("{what}; the server log has the details"))
 }
+
+/// Write one audit row for a server function. The action names are the HTTP
+/// API's for the same operation (`limit.update`, `breaker.reset`, …).
+pub async fn audit<T: serde::Serialize>(
+    ctx: &AppContext,
+    actor: &str,
+    action: &str,
+    target: &str,
+    before: Option<&T>,
+    after: Option<&T>,
+    reason: Option<&str>,
+) -> Result<(), ServerFnError> {
+    let entry = sluice_engine::audit::AuditEntry { actor, action, target, before, after, reason };
+    sluice_engine::audit::record(&ctx.db, entry, ctx.clock.now()).await.map_err(|e| internal("writing the audit log", e))
+}
+
+/// Set the HTTP status of a server function's answer (401, 403, 404, 409, 422, …).
+pub fn set_status(status: http::StatusCode) {
+    if let Some(resp) = use_context::<leptos_axum::ResponseOptions>() {
+        resp.set_status(status);
+    }
+}

@@ -44,7 +44,6 @@ pub enum Created {
 
 #[cfg(feature = "ssr")]
 mod server {
-    use sluice_engine::audit::{self, AuditEntry};
     use sluice_engine::{tokens, users};
 
     use super::*;
@@ -64,18 +63,6 @@ mod server {
             users::Role::Support => Role::Support,
             users::Role::Admin => Role::Admin,
         }
-    }
-
-    pub async fn audit<T: Serialize>(
-        ctx: &AppContext,
-        actor: &str,
-        action: &str,
-        target: &str,
-        before: Option<&T>,
-        after: Option<&T>,
-    ) -> Result<(), ServerFnError> {
-        let entry = AuditEntry { actor, action, target, before, after, reason: None };
-        audit::record(&ctx.db, entry, ctx.clock.now()).await.map_err(|e| internal("writing the audit log", e))
     }
 
     pub fn user_row(u: users::User) -> UserRow {
@@ -131,7 +118,7 @@ pub async fn add_user(username: String, role: Role, password: String) -> Result<
     let invalid = |field: &str, e: UserError| Created::Invalid { field: field.to_owned(), message: e.to_string() };
     match users::create_user(&ctx.db, &username, &password, server::to_engine(role), ctx.clock.now()).await {
         Ok(user) => {
-            server::audit(&ctx, &me.username, "user.create", &user.id, None, Some(&user)).await?;
+            crate::ssr::audit(&ctx, &me.username, "user.create", &user.id, None, Some(&user), None).await?;
             Ok(Created::Ok { name: user.username, secret: generated.then_some(password) })
         }
         Err(e @ (UserError::Username | UserError::Duplicate(_))) => Ok(invalid("username", e)),
@@ -152,7 +139,7 @@ pub async fn set_user_role(username: String, role: Role) -> Result<(), ServerFnE
     let me = crate::ssr::auth::require(Role::Admin).await?;
     let ctx = crate::ssr::context()?;
     match users::set_role(&ctx.db, &username, server::to_engine(role)).await {
-        Ok((before, after)) => server::audit(&ctx, &me.username, "user.role", &after.id, Some(&before), Some(&after)).await,
+        Ok((before, after)) => crate::ssr::audit(&ctx, &me.username, "user.role", &after.id, Some(&before), Some(&after), None).await,
         Err(e @ (UserError::LastAdmin | UserError::NotFound(_))) => Err(ServerFnError::new(e.to_string())),
         Err(e) => Err(internal_err("changing the role", e)),
     }
@@ -165,7 +152,7 @@ pub async fn remove_user(username: String) -> Result<(), ServerFnError> {
     let me = crate::ssr::auth::require(Role::Admin).await?;
     let ctx = crate::ssr::context()?;
     match users::delete_user(&ctx.db, &username).await {
-        Ok(user) => server::audit(&ctx, &me.username, "user.delete", &user.id, Some(&user), None).await,
+        Ok(user) => crate::ssr::audit(&ctx, &me.username, "user.delete", &user.id, Some(&user), None, None).await,
         Err(e @ (UserError::LastAdmin | UserError::NotFound(_))) => Err(ServerFnError::new(e.to_string())),
         Err(e) => Err(internal_err("removing the user", e)),
     }
@@ -184,7 +171,7 @@ pub async fn add_token(name: String, scope: String) -> Result<Created, ServerFnE
     match tokens::create_token(&ctx.db, &name, scope, ctx.clock.now()).await {
         Ok((token, secret)) => {
             let record = serde_json::json!({ "id": token.id, "name": token.name, "scope": token.scope.as_str() });
-            server::audit(&ctx, &me.username, "token.create", &token.id, None, Some(&record)).await?;
+            crate::ssr::audit(&ctx, &me.username, "token.create", &token.id, None, Some(&record), None).await?;
             Ok(Created::Ok { name: token.name, secret: Some(secret.expose().to_owned()) })
         }
         Err(e @ (TokenError::Name | TokenError::Duplicate(_))) => {
@@ -203,7 +190,7 @@ pub async fn revoke_token(name: String) -> Result<(), ServerFnError> {
         return Err(ServerFnError::new(format!("no live token named '{name}'")));
     }
     let record = serde_json::json!({ "name": name, "revoked": true });
-    server::audit(&ctx, &me.username, "token.revoke", &name, None, Some(&record)).await
+    crate::ssr::audit(&ctx, &me.username, "token.revoke", &name, None, Some(&record), None).await
 }
 
 #[component]

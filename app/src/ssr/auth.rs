@@ -3,12 +3,11 @@
 use std::time::Duration;
 
 use leptos::prelude::*;
-use leptos_axum::ResponseOptions;
 use sluice_engine::quota::{Algorithm, Limit, Outcome, QuotaRequest, Rule};
 use sluice_engine::users;
 use tower_sessions::Session;
 
-use super::{context, internal};
+use super::{context, internal, set_status};
 use crate::auth::{Role, SessionUser};
 
 /// Session key holding the signed-in user's id.
@@ -30,12 +29,6 @@ fn engine_role(role: users::Role) -> Role {
         users::Role::Viewer => Role::Viewer,
         users::Role::Support => Role::Support,
         users::Role::Admin => Role::Admin,
-    }
-}
-
-fn set_status(status: http::StatusCode) {
-    if let Some(resp) = use_context::<ResponseOptions>() {
-        resp.set_status(status);
     }
 }
 

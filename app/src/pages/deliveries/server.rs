@@ -1,36 +1,12 @@
 //! Server side of the webhook pages: parsing what the browser sends into
 //! engine values (once, here), the audit helper, and error mapping.
 
-use leptos::prelude::*;
-use serde::Serialize;
-use sluice_engine::audit::{self, AuditEntry};
 use sluice_engine::clock::Timestamp;
 use sluice_engine::delivery::model::{Cursor, DeliveryFilter, DeliveryId, MerchantId};
 
 use super::{DeliveryQuery, FieldError};
-use crate::ssr::{internal, AppContext};
 
-/// Write one audit row. The action names are the HTTP API's for the same
-/// operation (`delivery.redeliver`, `breaker.reset`, …; docs/decisions.md).
-pub async fn audit<T: Serialize>(
-    ctx: &AppContext,
-    actor: &str,
-    action: &str,
-    target: &str,
-    before: Option<&T>,
-    after: Option<&T>,
-    reason: Option<&str>,
-) -> Result<(), ServerFnError> {
-    let entry = AuditEntry { actor, action, target, before, after, reason };
-    audit::record(&ctx.db, entry, ctx.clock.now()).await.map_err(|e| internal("writing the audit log", e))
-}
-
-/// Set the HTTP status of a server function's answer (e.g. 404, 409, 422).
-pub fn set_status(status: http::StatusCode) {
-    if let Some(resp) = use_context::<leptos_axum::ResponseOptions>() {
-        resp.set_status(status);
-    }
-}
+pub use crate::ssr::{audit, set_status};
 
 /// Parse the filter; every refused field is reported, not only the first.
 pub fn parse_filter(q: &DeliveryQuery) -> Result<DeliveryFilter, Vec<FieldError>> {

@@ -10,6 +10,8 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
 RUN_ID="$(date +%s)_$$"
+# A test run builds each crate once: incremental data only costs time and disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 export SLUICE_TEST_POSTGRES_URL="${SLUICE_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 export SLUICE_TEST_REDIS_URL="${SLUICE_TEST_REDIS_URL:-redis://127.0.0.1:6379}"
 

@@ -59,6 +59,9 @@ pub struct AppContext {
     pub login_limiter: Limiter,
     /// Sampled quota counters: the Quotas charts and the Overview's last hour.
     pub history: QuotaHistory,
+    /// API tokens recently authenticated by this process; a token revoked on
+    /// the Users page is forgotten here at once.
+    pub api_tokens: Arc<sluice_engine::tokens::TokenCache>,
 }
 
 impl std::fmt::Debug for AppContext {

@@ -6,8 +6,11 @@
 //! secrets, and nobody can guess 2^256 values. A fast hash also lets the
 //! lookup be one indexed equality query instead of a hash per stored token.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use crate::clock::Timestamp;
@@ -98,6 +101,73 @@ pub enum TokenError {
 
 fn hash(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+/// Tokens this process authenticated recently, so that a busy worker's
+/// permits do not each read the database (docs/decisions.md, "API token
+/// cache"). A token found live is trusted for `ttl`; unknown and revoked
+/// tokens are never cached, so a wrong token is always checked afresh.
+///
+/// The price is revocation delay: a token revoked by another instance or by
+/// `sluice token revoke` keeps working here for at most `ttl`. Revocations
+/// made through this process ([`TokenCache::forget`]) apply at once. A zero
+/// `ttl` turns the cache off.
+#[derive(Debug)]
+pub struct TokenCache {
+    ttl: Duration,
+    capacity: usize,
+    /// SHA-256 of the secret → the token and when the database last said so.
+    entries: Mutex<HashMap<[u8; 32], (ApiToken, Timestamp)>>,
+}
+
+impl TokenCache {
+    /// Tokens trusted for `ttl`; at most `capacity` of them (the cache is
+    /// emptied when it would grow past that: live tokens are few).
+    pub fn new(ttl: Duration, capacity: usize) -> TokenCache {
+        TokenCache { ttl, capacity: capacity.max(1), entries: Mutex::new(HashMap::new()) }
+    }
+
+    /// How long a live token is trusted without asking the database.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// [`authenticate`], answered from the cache while the entry is fresh.
+    pub async fn authenticate(&self, db: &Db, secret: &str, now: Timestamp) -> Result<Option<ApiToken>, TokenError> {
+        if self.ttl.is_zero() {
+            return authenticate(db, secret, now).await;
+        }
+        let key: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
+        if let Some((token, checked)) = self.lock().get(&key) {
+            if now < *checked + self.ttl && *checked <= now {
+                return Ok(Some(token.clone()));
+            }
+        }
+        let found = authenticate(db, secret, now).await?;
+        let mut entries = self.lock();
+        match &found {
+            Some(token) => {
+                if entries.len() >= self.capacity && !entries.contains_key(&key) {
+                    entries.clear();
+                }
+                entries.insert(key, (token.clone(), now));
+            }
+            None => {
+                entries.remove(&key);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Drop the named token: call after revoking it in this process.
+    pub fn forget(&self, name: &str) {
+        self.lock().retain(|_, (token, _)| token.name != name);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], (ApiToken, Timestamp)>> {
+        // Entries are replaced whole; a panic elsewhere cannot leave one half-written.
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// Create a token; the secret is returned once and only its hash is stored.
@@ -203,4 +273,43 @@ pub async fn list_tokens(db: &Db) -> Result<Vec<TokenInfo>, TokenError> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::testing::TestDb;
+
+    #[tokio::test]
+    async fn a_cached_token_is_trusted_for_the_ttl_and_forgotten_on_revocation_here() {
+        for db in TestDb::each().await {
+            let t0 = Timestamp::from_millis(1_700_000_000_000);
+            let ttl = Duration::from_secs(5);
+            let cache = TokenCache::new(ttl, 100);
+            let (_, secret) = create_token(&db, "w", ApiScope::Worker, t0).await.expect("create");
+            let token = cache.authenticate(&db, secret.expose(), t0).await.expect("auth").expect("live");
+            assert_eq!((token.name.as_str(), token.scope), ("w", ApiScope::Worker));
+            assert!(cache.authenticate(&db, "slk_wrong", t0).await.expect("auth").is_none());
+
+            // Revoked by another process: trusted until the entry is ttl old.
+            assert!(revoke_token(&db, "w", t0).await.expect("revoke"));
+            let almost = t0 + ttl - Duration::from_millis(1);
+            assert!(cache.authenticate(&db, secret.expose(), almost).await.expect("auth").is_some());
+            assert!(cache.authenticate(&db, secret.expose(), t0 + ttl).await.expect("auth").is_none());
+
+            // Revoked through this process: gone at once.
+            let (_, second) = create_token(&db, "w2", ApiScope::Admin, t0).await.expect("create");
+            assert!(cache.authenticate(&db, second.expose(), t0).await.expect("auth").is_some());
+            assert!(revoke_token(&db, "w2", t0).await.expect("revoke"));
+            cache.forget("w2");
+            assert!(cache.authenticate(&db, second.expose(), t0).await.expect("auth").is_none());
+
+            // A zero ttl is no cache: revocation elsewhere applies at once.
+            let off = TokenCache::new(Duration::ZERO, 100);
+            let (_, third) = create_token(&db, "w3", ApiScope::Worker, t0).await.expect("create");
+            assert!(off.authenticate(&db, third.expose(), t0).await.expect("auth").is_some());
+            assert!(revoke_token(&db, "w3", t0).await.expect("revoke"));
+            assert!(off.authenticate(&db, third.expose(), t0).await.expect("auth").is_none());
+        }
+    }
 }

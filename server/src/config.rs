@@ -29,10 +29,12 @@ struct RawSettings {
     quota_store_down: String,
     quota_expected_instances: u32,
     redis_cluster: bool,
+    redis_timeout_ms: u64,
     delivery_allow_networks: String,
     delivery_worker: bool,
     session_secure_cookie: bool,
     quota_sample_every_secs: u64,
+    api_token_cache_secs: u64,
 }
 
 /// Validated settings.
@@ -49,6 +51,9 @@ pub struct Settings {
     pub log_format: LogFormat,
     pub quota_store_down: StorePolicy,
     pub redis_cluster: bool,
+    /// How long one Redis call (connect or command) may take before the
+    /// store counts as down and `quota_store_down` applies.
+    pub redis_timeout: std::time::Duration,
     /// CIDRs webhook deliveries may reach despite the SSRF guard.
     pub delivery_allow_networks: Vec<ipnet::IpNet>,
     pub delivery_worker: bool,
@@ -56,6 +61,9 @@ pub struct Settings {
     pub session_secure_cookie: bool,
     /// How often the quota history sampler records the limiter's counters.
     pub quota_sample_every: std::time::Duration,
+    /// How long a live API token is trusted without reading the database
+    /// (zero: every request reads it).
+    pub api_token_cache: std::time::Duration,
     /// The delivery worker's ladder and breaker timings. Not read from files or
     /// the environment: only `sluice demo` switches to [`DeliveryTiming::Demo`].
     pub delivery_timing: DeliveryTiming,
@@ -217,6 +225,18 @@ impl RawSettings {
                 self.quota_sample_every_secs
             ));
         }
+        if !(10..=10_000).contains(&self.redis_timeout_ms) {
+            errors.push(format!(
+                "redis_timeout_ms (SLUICE_REDIS_TIMEOUT_MS): {} is not between 10 and 10000",
+                self.redis_timeout_ms
+            ));
+        }
+        if self.api_token_cache_secs > 300 {
+            errors.push(format!(
+                "api_token_cache_secs (SLUICE_API_TOKEN_CACHE_SECS): {} is more than 300 (a revoked token would work that long)",
+                self.api_token_cache_secs
+            ));
+        }
         let mut delivery_allow_networks = Vec::new();
         for cidr in self.delivery_allow_networks.split(',').map(str::trim).filter(|c| !c.is_empty()) {
             match cidr.parse::<ipnet::IpNet>() {
@@ -239,10 +259,12 @@ impl RawSettings {
                 log_format,
                 quota_store_down,
                 redis_cluster: self.redis_cluster,
+                redis_timeout: std::time::Duration::from_millis(self.redis_timeout_ms),
                 delivery_allow_networks,
                 delivery_worker: self.delivery_worker,
                 session_secure_cookie: self.session_secure_cookie,
                 quota_sample_every: std::time::Duration::from_secs(self.quota_sample_every_secs),
+                api_token_cache: std::time::Duration::from_secs(self.api_token_cache_secs),
                 delivery_timing: DeliveryTiming::Product,
             }),
             _ => Err(ConfigError::Invalid(errors)),
@@ -276,10 +298,12 @@ impl fmt::Debug for Settings {
             .field("log_format", &self.log_format)
             .field("quota_store_down", &self.quota_store_down)
             .field("redis_cluster", &self.redis_cluster)
+            .field("redis_timeout", &self.redis_timeout)
             .field("delivery_allow_networks", &self.delivery_allow_networks)
             .field("delivery_worker", &self.delivery_worker)
             .field("session_secure_cookie", &self.session_secure_cookie)
             .field("quota_sample_every", &self.quota_sample_every)
+            .field("api_token_cache", &self.api_token_cache)
             .field("delivery_timing", &self.delivery_timing)
             .finish()
     }

@@ -19,6 +19,7 @@ use sluice_engine::delivery::ladder::LadderConfig;
 use sluice_engine::delivery::{DeliveryStore, Worker, WorkerConfig};
 use sluice_engine::quota::history::{HistoryConfig, QuotaHistory};
 use sluice_engine::quota::rules_repo::RELOAD_EVERY;
+use sluice_engine::tokens::TokenCache;
 use sluice_engine::quota::{
     FallbackStore, LazyRedisStore, Limiter, LimiterConfig, MemoryStore, QuotaStore, RedisSettings, RuleReloader,
     RuleRegistry, RulesRepo,
@@ -33,6 +34,8 @@ use crate::state::AppState;
 
 /// How often expired web sessions are deleted.
 const SESSION_SWEEP_EVERY: Duration = Duration::from_secs(600);
+/// Live API tokens one instance keeps checked at most (there are few).
+const API_TOKEN_CACHE_CAPACITY: usize = 10_000;
 
 /// On a database without users, create `admin` with a random password and
 /// return the credentials so the caller can print them once. Later starts
@@ -121,6 +124,7 @@ impl Application {
                 db.clone(),
                 HistoryConfig { every: settings.quota_sample_every, ..HistoryConfig::default() },
             ),
+            api_tokens: Arc::new(TokenCache::new(settings.api_token_cache, API_TOKEN_CACHE_CAPACITY)),
         };
         let state = AppState {
             settings: Arc::new(settings),
@@ -211,6 +215,7 @@ fn build_quota_store(settings: &Settings, clock: &SharedClock) -> Arc<dyn QuotaS
         Some(url) => {
             let mut redis = RedisSettings::single(url, &settings.redis_prefix);
             redis.cluster = settings.redis_cluster;
+            redis.timeout = settings.redis_timeout;
             Arc::new(FallbackStore::new(
                 Arc::new(LazyRedisStore::new(redis)),
                 settings.quota_store_down,

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use leptos::prelude::*;
-use sluice_engine::quota::{Algorithm, Limit, Outcome, QuotaRequest, Rule};
+use sluice_engine::quota::{Algorithm, Limit, Outcome, QuotaRequest, RefusalReason, Rule};
 use sluice_engine::users;
 use tower_sessions::Session;
 
@@ -87,6 +87,11 @@ pub async fn login(username: &str, password: &str, next: Option<&str>) -> Result
     let refused_for = match ctx.login_limiter.reserve(&attempt).await {
         Ok(Outcome::Granted(permit)) if permit.wait.is_zero() => None,
         Ok(Outcome::Granted(permit)) => Some(permit.wait.as_secs() + 1),
+        Ok(Outcome::Refused(refusal)) if refusal.reason == RefusalReason::StoreUnavailable => {
+            // Failing closed while the quota store is down: not the user's fault.
+            set_status(http::StatusCode::SERVICE_UNAVAILABLE);
+            return Err(ServerFnError::new("sign-in is unavailable while the quota store is down; try again shortly"));
+        }
         Ok(Outcome::Refused(refusal)) => Some(refusal.retry_after_secs().unwrap_or(60)),
         // The quota store is down and failing closed: do not let guessing through.
         Err(e) => return Err(internal("the login throttle is unavailable", e)),

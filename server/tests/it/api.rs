@@ -11,7 +11,7 @@ use sluice_engine::delivery::ops::create_merchant;
 use sluice_engine::delivery::ssrf::SsrfPolicy;
 use sluice_engine::delivery::DeliveryStore;
 
-use crate::helpers::{closed_port, spawn_app_with, Mode, TestApp};
+use crate::helpers::{closed_port, spawn_app_with, Mode, Role, TestApp};
 
 const NOW: Timestamp = Timestamp::from_millis(1_700_000_000_000);
 
@@ -98,6 +98,35 @@ async fn a_wrong_or_revoked_token_is_401() {
     assert_error(status, &body, StatusCode::UNAUTHORIZED, "unauthorized");
     assert!(revoke_token(&api.app.db.db(), "worker-1", NOW).await.expect("revoke"));
     let (status, _, body) = api.post("/api/v1/permits", feed_permit("a")).await;
+    assert_error(status, &body, StatusCode::UNAUTHORIZED, "unauthorized");
+}
+
+#[tokio::test]
+async fn a_token_revoked_on_the_users_page_stops_at_once_although_tokens_are_cached() {
+    let api = spawn_api(Mode::Embedded).await;
+    let (status, _, body) = api.post("/api/v1/permits", feed_permit("a")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let admin = api.app.signed_in(Role::Admin).await;
+    let resp = api.app.call(&admin, "/ui/tokens/revoke", &[("name", "worker-1")]).await;
+    assert!(resp.status().is_success(), "{}", resp.status());
+    let (status, _, body) = api.post("/api/v1/permits", feed_permit("b")).await;
+    assert_error(status, &body, StatusCode::UNAUTHORIZED, "unauthorized");
+}
+
+#[tokio::test]
+async fn a_token_revoked_elsewhere_works_for_at_most_the_cache_time() {
+    // Cached: a revocation by another process is seen once the entry is
+    // older than the cache time (the engine's test drives that clock; here
+    // the longest allowed time keeps a slow machine from expiring it).
+    let api = spawn_api_with(Mode::Embedded, &[("SLUICE_API_TOKEN_CACHE_SECS", "300")]).await;
+    assert_eq!(api.post("/api/v1/permits", feed_permit("a")).await.0, StatusCode::OK);
+    assert!(revoke_token(&api.app.db.db(), "worker-1", NOW).await.expect("revoke"));
+    assert_eq!(api.post("/api/v1/permits", feed_permit("b")).await.0, StatusCode::OK, "still trusted from the cache");
+    // Without the cache every request reads the database.
+    let api = spawn_api_with(Mode::Embedded, &[("SLUICE_API_TOKEN_CACHE_SECS", "0")]).await;
+    assert_eq!(api.post("/api/v1/permits", feed_permit("a")).await.0, StatusCode::OK);
+    assert!(revoke_token(&api.app.db.db(), "worker-1", NOW).await.expect("revoke"));
+    let (status, _, body) = api.post("/api/v1/permits", feed_permit("b")).await;
     assert_error(status, &body, StatusCode::UNAUTHORIZED, "unauthorized");
 }
 

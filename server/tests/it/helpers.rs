@@ -109,6 +109,9 @@ pub async fn spawn_app_with(mode: Mode, extra: &[(&str, &str)]) -> TestApp {
         ("DATABASE_URL".into(), db.url.clone()),
         ("SLUICE_SITE_ROOT".into(), site_root().display().to_string()),
         ("SLUICE_REDIS_PREFIX".into(), prefix),
+        // Tests run many apps at once on two cores: a Redis call may queue far
+        // longer than the production default allows without Redis being down.
+        ("SLUICE_REDIS_TIMEOUT_MS".into(), "5000".into()),
     ];
     if mode == Mode::Distributed {
         env.push(("REDIS_URL".into(), test_redis_url()));

@@ -6,7 +6,7 @@ use axum::http::request::Parts;
 
 use super::error::ApiError;
 use crate::state::AppState;
-use sluice_engine::tokens::{authenticate, ApiScope, ApiToken};
+use sluice_engine::tokens::{ApiScope, ApiToken};
 
 /// The authenticated caller. Taking it as an argument makes a route need a
 /// live token; [`Caller::require`] checks the scope.
@@ -43,7 +43,7 @@ impl FromRequestParts<AppState> for Caller {
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .ok_or_else(|| ApiError::unauthorized("the Authorization header must be 'Bearer <token>'"))?;
-        match authenticate(&state.db, secret, state.clock.now()).await {
+        match state.app_context.api_tokens.authenticate(&state.db, secret, state.clock.now()).await {
             Ok(Some(token)) => Ok(Caller(token)),
             Ok(None) => Err(ApiError::unauthorized("unknown or revoked token")),
             Err(e) => Err(ApiError::internal("checking an API token", &e)),

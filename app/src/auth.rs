@@ -76,6 +76,26 @@ pub fn use_role() -> Signal<Option<Role>> {
     Signal::derive(move || user.and_then(|u| u.get()).and_then(|r| r.ok()).flatten().map(|u| u.role))
 }
 
+/// Controls for `role` and above only (the server refuses the others anyway).
+///
+/// The signed-in user is a resource, so the check sits inside a `Transition`:
+/// the server renders the controls once the user is known, and hydration
+/// finds the same markup. Read outside one, the role is still `None` while
+/// the page hydrates, and whether the controls ever appeared depended on
+/// timing (browser tests found admins without the "Add a merchant" form).
+#[component]
+pub fn ForRole(role: Role, children: ChildrenFn) -> impl IntoView {
+    let current = use_role();
+    view! {
+        <Transition fallback=|| ()>
+            {
+                let children = children.clone();
+                move || current.get().is_some_and(|r| r.allows(role)).then(|| children())
+            }
+        </Transition>
+    }
+}
+
 /// Strip the "error running server function:" wrapper from a server error.
 pub fn error_text(e: &ServerFnError) -> String {
     match e {

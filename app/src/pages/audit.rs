@@ -10,7 +10,7 @@ use leptos_router::components::A;
 use leptos_router::hooks::use_query_map;
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{error_text, Role};
+use crate::auth::error_text;
 use crate::components::format_ms;
 
 /// Rows per page.
@@ -57,7 +57,7 @@ pub async fn list_audit(
     #[server(default)] before: String,
 ) -> Result<AuditView, ServerFnError> {
     use sluice_engine::audit::{self, AuditCursor, AuditFilter};
-    crate::ssr::auth::require(Role::Support).await?;
+    crate::ssr::auth::require(crate::auth::Role::Support).await?;
     let ctx = crate::ssr::context()?;
     let cursor = if before.is_empty() {
         None

@@ -413,16 +413,23 @@ pub fn LimitsPage() -> impl IntoView {
     let shadow = ServerAction::<SetShadow>::new();
     // The list reloads after writes that succeeded; an invalid submit changes
     // nothing, and re-rendering then would only cost the admin their input.
+    // One effect per action: an effect only follows the signals it read, and
+    // a single `a || b` effect stops reading `b` once `a` is true (a create
+    // followed by an edit then never reloaded the list).
     let writes = RwSignal::new(0u32);
-    Effect::new(move |_| {
-        let ok = matches!(create.value().get(), Some(Ok(Saved::Ok(_))))
-            || matches!(update.value().get(), Some(Ok(Saved::Ok(_))))
-            || matches!(delete.value().get(), Some(Ok(_)))
-            || matches!(shadow.value().get(), Some(Ok(_)));
-        if ok {
-            writes.update(|w| *w += 1);
-        }
-    });
+    let succeeded = [
+        Signal::derive(move || matches!(create.value().get(), Some(Ok(Saved::Ok(_))))),
+        Signal::derive(move || matches!(update.value().get(), Some(Ok(Saved::Ok(_))))),
+        Signal::derive(move || matches!(delete.value().get(), Some(Ok(_)))),
+        Signal::derive(move || matches!(shadow.value().get(), Some(Ok(_)))),
+    ];
+    for ok in succeeded {
+        Effect::new(move |_| {
+            if ok.get() {
+                writes.update(|w| *w += 1);
+            }
+        });
+    }
     let rules = Resource::new(move || writes.get(), |_| list_rules());
     let query = use_query_map();
     let param = move |name: &'static str| query.with(|q| q.get(name)).filter(|v| !v.is_empty());

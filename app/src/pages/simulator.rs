@@ -9,7 +9,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{error_text, Role};
+use crate::auth::error_text;
 use crate::pages::limits::{format_duration_ms, FieldError};
 
 /// The largest queue the page simulates (the chart and table stay readable).
@@ -266,7 +266,7 @@ pub async fn run_simulation(
     #[server(default)] algorithm: String,
     #[server(default)] mode: String,
 ) -> Result<Simulated, ServerFnError> {
-    crate::ssr::auth::require(Role::Viewer).await?;
+    crate::ssr::auth::require(crate::auth::Role::Viewer).await?;
     let form = server::Form { upstream_tokens, window, workers, local_tokens, queue, pause, algorithm, mode };
     let input = match server::input(&form) {
         Ok(i) => i,

@@ -186,7 +186,9 @@ pub async fn revoke_token(name: String) -> Result<(), ServerFnError> {
     use sluice_engine::tokens;
     let me = crate::ssr::auth::require(Role::Admin).await?;
     let ctx = crate::ssr::context()?;
-    if !tokens::revoke_token(&ctx.db, &name, ctx.clock.now()).await.map_err(|e| internal_err("revoking", e))? {
+    let revoked = tokens::revoke_token(&ctx.db, &name, ctx.clock.now()).await.map_err(|e| internal_err("revoking", e))?;
+    ctx.api_tokens.forget(&name);
+    if !revoked {
         return Err(ServerFnError::new(format!("no live token named '{name}'")));
     }
     let record = serde_json::json!({ "name": name, "revoked": true });
@@ -294,12 +296,12 @@ pub fn UsersPage() -> impl IntoView {
                                     let live = t.revoked_at.is_none();
                                     let name = t.name.clone();
                                     view! {
-                                        <tr>
+                                        <tr data-testid="token-row" data-token=t.name.clone()>
                                             <td>{t.name.clone()}</td>
                                             <td>{t.scope.clone()}</td>
                                             <td>{format_ms(t.created_at)}</td>
                                             <td>{t.last_used_at.map(format_ms).unwrap_or_else(|| "never".into())}</td>
-                                            <td>{if live {
+                                            <td data-testid="token-state">{if live {
                                                 view! { <span class="pill ok">"live"</span> }.into_any()
                                             } else {
                                                 view! { <span class="pill muted">"revoked"</span> }.into_any()

@@ -54,7 +54,9 @@ pub struct BreakersView {
 }
 
 /// Audit actions of the two resets (the HTTP API uses the same names).
+#[cfg(feature = "ssr")]
 pub const MERCHANT_RESET: &str = "breaker.reset";
+#[cfg(feature = "ssr")]
 pub const UPSTREAM_RESET: &str = "upstream_breaker.reset";
 
 #[server(prefix = "/ui", endpoint = "breakers/list")]

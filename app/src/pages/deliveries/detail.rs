@@ -12,6 +12,7 @@ use super::{format_instant, state_class};
 use crate::auth::{error_text, use_role, Role};
 
 /// Payload text shown on the page at most (the whole event is in the database).
+#[cfg(feature = "ssr")]
 pub const PAYLOAD_PREVIEW_BYTES: usize = 4096;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,11 +9,13 @@ use leptos_router::hooks::use_query_map;
 use serde::{Deserialize, Serialize};
 
 use super::{error_for, format_instant, state_class, DeliveryQuery, FieldError};
-use crate::auth::{error_text, use_role, Role};
+use crate::auth::{error_text, ForRole, Role};
 
 /// Rows per page.
+#[cfg(feature = "ssr")]
 pub const PAGE_SIZE: u32 = 50;
 /// Rows one bulk-retry call changes at most; the browser loops over batches.
+#[cfg(feature = "ssr")]
 pub const BULK_BATCH: u32 = 500;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -351,7 +353,6 @@ fn DeliveryTable(list: DeliveryList, filter: DeliveryQuery) -> impl IntoView {
 /// "Retry all matching…": count, confirm, then batches with a progress bar.
 #[component]
 fn BulkRetry(filter: Memo<DeliveryQuery>, on_done: impl Fn() + Clone + Send + Sync + 'static) -> impl IntoView {
-    let role = use_role();
     let state = RwSignal::new(Bulk::Idle);
     let count = move |_: leptos::ev::MouseEvent| {
         state.set(Bulk::Counting);
@@ -392,7 +393,7 @@ fn BulkRetry(filter: Memo<DeliveryQuery>, on_done: impl Fn() + Clone + Send + Sy
     };
     let run = StoredValue::new(run);
     view! {
-        <Show when=move || role.get().is_some_and(|r| r.allows(Role::Support))>
+        <ForRole role=Role::Support>
             <section class="card bulk" data-testid="bulk-retry">
                 <h2>"Bulk retry"</h2>
                 {move || match state.get() {
@@ -422,6 +423,6 @@ fn BulkRetry(filter: Memo<DeliveryQuery>, on_done: impl Fn() + Clone + Send + Sy
                     }.into_any(),
                 }}
             </section>
-        </Show>
+        </ForRole>
     }
 }

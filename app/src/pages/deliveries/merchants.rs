@@ -11,7 +11,7 @@ use leptos_meta::Title;
 use serde::{Deserialize, Serialize};
 
 use super::{error_for, format_instant, state_class, FieldError};
-use crate::auth::{error_text, use_role, Role};
+use crate::auth::{error_text, use_role, ForRole, Role};
 
 /// How long the previous secret keeps signing after a rotation, unless the admin says otherwise.
 pub const DEFAULT_OVERLAP_HOURS: u64 = 24;
@@ -44,6 +44,7 @@ pub enum MerchantResult {
 /// A hint that tells two secrets apart without revealing them: the scheme's
 /// fixed prefix and the length. (Even four characters of a short,
 /// hand-chosen secret would be too many.)
+#[cfg(feature = "ssr")]
 pub fn secret_hint(secret: &str) -> String {
     let prefix = if secret.starts_with("whsec_") { "whsec_" } else { "" };
     format!("{prefix}••••••• ({} characters)", secret.chars().count())
@@ -268,7 +269,7 @@ pub fn MerchantsPage() -> impl IntoView {
                 }.into_any(),
             })}
         </Transition>
-        <Show when=is_admin>
+        <ForRole role=Role::Admin>
             <section class="card">
                 <h2>"Add a merchant"</h2>
                 <ActionForm action=create attr:class="form" attr:data-testid="add-merchant">
@@ -291,11 +292,11 @@ pub fn MerchantsPage() -> impl IntoView {
                     other => view! { <ResultNotice result=other done="added"/> }.into_any(),
                 }}
             </section>
-        </Show>
+        </ForRole>
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "ssr"))]
 mod tests {
     use super::secret_hint;
 

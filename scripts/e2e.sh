@@ -18,6 +18,7 @@ if [ "${SLUICE_E2E_SKIP_SITE:-}" != 1 ]; then
   cargo build -p sluice --locked
 fi
 [ -d "$ROOT/end2end/node_modules" ] || (cd "$ROOT/end2end" && npm ci --no-audit --no-fund)
+ensure_chromium
 
 log "browser tests"
 E2E_DB="sluice_e2e_${RUN_ID}"

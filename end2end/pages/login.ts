@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { expect, type Page } from '@playwright/test';
 
 /** The roles scripts/test.sh creates users for before the browser tests. */
@@ -38,10 +40,19 @@ export class LoginPage {
 }
 
 /**
- * Sign in as the test user of `role` and land on `next` (default the
- * overview). Waits until the sidebar shows who is signed in.
+ * Start as the test user of `role`, signed in, on `next` (default the
+ * overview): the session global-setup.ts made for the role goes into the
+ * page's browser context. Waits until the sidebar shows who is signed in.
  */
 export async function signIn(page: Page, role: Role, next = '/') {
+  const state = JSON.parse(readFileSync(join(__dirname, '..', '.auth', `${role}.json`), 'utf8'));
+  await page.context().addCookies(state.cookies);
+  await page.goto(next);
+  await expect(page.getByTestId('userbox')).toContainText(credentials(role).username);
+}
+
+/** Sign in through the login form (what login.spec.ts tests), landing on `next`. */
+export async function signInWithForm(page: Page, role: Role, next = '/') {
   const { username, password } = credentials(role);
   const login = new LoginPage(page);
   await login.open(next);

@@ -1,5 +1,5 @@
 import { expect, test } from '@playwright/test';
-import { credentials, LoginPage, signIn } from '../pages/login';
+import { credentials, LoginPage, signInWithForm } from '../pages/login';
 
 test('a page asked for without a session leads to the login and back', async ({ page }) => {
   await page.goto('/');
@@ -8,7 +8,7 @@ test('a page asked for without a session leads to the login and back', async ({ 
   await login.submit(credentials('viewer').username, 'not the password');
   await expect(login.error()).toHaveText('wrong username or password');
   await page.screenshot({ path: 'artifacts/login.png', fullPage: true });
-  await signIn(page, 'viewer');
+  await signInWithForm(page, 'viewer');
   await expect(page).toHaveURL(/\/$/);
   await expect(page.getByRole('heading', { level: 1, name: 'Overview' })).toBeVisible();
   await page.getByTestId('logout').click();

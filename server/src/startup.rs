@@ -30,7 +30,7 @@ use tokio::task::JoinSet;
 
 use crate::config::{redact_url, DeliveryTiming, Settings};
 use crate::health::{Health, RedisProbe};
-use crate::state::AppState;
+use crate::state::{AppState, Shared};
 
 /// How often expired web sessions are deleted.
 const SESSION_SWEEP_EVERY: Duration = Duration::from_secs(600);
@@ -126,7 +126,7 @@ impl Application {
             ),
             api_tokens: Arc::new(TokenCache::new(settings.api_token_cache, API_TOKEN_CACHE_CAPACITY)),
         };
-        let state = AppState {
+        let state = AppState::new(Shared {
             settings: Arc::new(settings),
             rules,
             deliveries,
@@ -137,7 +137,7 @@ impl Application {
             leptos_options,
             prometheus: crate::telemetry::prometheus(),
             app_context,
-        };
+        });
         Ok(Application { listener, address, state })
     }
 

@@ -14,8 +14,14 @@ use sluice_engine::quota::{Limiter, RulesRepo};
 use crate::config::Settings;
 use crate::health::Health;
 
-#[derive(Clone, FromRef)]
-pub struct AppState {
+/// Cloned for every request (axum's `State`, each middleware), so a clone
+/// is one reference count: the parts live in [`Shared`]. Cloning the parts
+/// themselves (a dozen `Arc`s, the Leptos options' strings) was a sixth of a
+/// permit's server time.
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+pub struct Shared {
     pub settings: Arc<Settings>,
     pub db: Db,
     pub clock: SharedClock,
@@ -29,4 +35,25 @@ pub struct AppState {
     pub leptos_options: LeptosOptions,
     pub prometheus: PrometheusHandle,
     pub app_context: AppContext,
+}
+
+impl AppState {
+    pub fn new(shared: Shared) -> AppState {
+        AppState(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// Leptos' routes and file handler read their options from the state.
+impl FromRef<AppState> for LeptosOptions {
+    fn from_ref(state: &AppState) -> LeptosOptions {
+        state.leptos_options.clone()
+    }
 }

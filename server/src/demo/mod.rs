@@ -125,7 +125,10 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
     let app = Application::build(settings).await?;
     let state = app.state().clone();
     let password = ensure_demo_login(&state.db, state.clock.now()).await?;
-    let upstream = upstream::MockUpstream::start(UPSTREAM_LIMIT_PER_SECOND, Duration::from_secs(1))
+    // Every 20th second another client of the sellers has used half the
+    // window before Sluice's workers get to it: a 429 penalty now and then.
+    let foreign = upstream::ForeignUse { every: 20, requests: UPSTREAM_LIMIT_PER_SECOND / 2 };
+    let upstream = upstream::MockUpstream::start_with(UPSTREAM_LIMIT_PER_SECOND, Duration::from_secs(1), Some(foreign))
         .await
         .context("starting the mock marketplace API")?;
     let merchants = merchants::MockMerchants::start().await.context("starting the mock merchant endpoints")?;

@@ -25,10 +25,20 @@ struct Counters {
     windows: HashMap<String, (u64, u32)>,
 }
 
+/// Another client on the same accounts, outside Sluice (a second
+/// integration of the seller, a colleague's script): in every `every`-th
+/// window it has already used `requests` of each account's allowance.
+#[derive(Clone, Copy, Debug)]
+pub struct ForeignUse {
+    pub every: u64,
+    pub requests: u32,
+}
+
 #[derive(Clone)]
 struct Upstream {
     limit: u32,
     window_ms: u64,
+    foreign: Option<ForeignUse>,
     counters: Arc<Mutex<Counters>>,
     served: Arc<AtomicU64>,
     rejected: Arc<AtomicU64>,
@@ -45,9 +55,16 @@ pub struct MockUpstream {
 impl MockUpstream {
     /// Serve on a free loopback port: `limit` requests per account per `window`.
     pub async fn start(limit: u32, window: Duration) -> std::io::Result<MockUpstream> {
+        Self::start_with(limit, window, None).await
+    }
+
+    /// As [`MockUpstream::start`], with part of some windows used by a
+    /// client Sluice does not see: the demo's "429 now and then".
+    pub async fn start_with(limit: u32, window: Duration, foreign: Option<ForeignUse>) -> std::io::Result<MockUpstream> {
         let state = Upstream {
             limit,
             window_ms: u64::try_from(window.as_millis()).unwrap_or(u64::MAX).max(1),
+            foreign: foreign.map(|f| ForeignUse { every: f.every.max(1), ..f }),
             counters: Arc::default(),
             served: Arc::default(),
             rejected: Arc::default(),
@@ -85,9 +102,10 @@ async fn handle(State(up): State<Upstream>, Path((account, rest)): Path<(String,
     let reset_secs = ((window + 1) * up.window_ms).div_ceil(1000);
     let used = {
         let mut counters = up.counters.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = counters.windows.entry(account.clone()).or_insert((window, 0));
+        let foreign = up.foreign.filter(|f| window % f.every == 0).map_or(0, |f| f.requests);
+        let entry = counters.windows.entry(account.clone()).or_insert((window, foreign));
         if entry.0 != window {
-            *entry = (window, 0);
+            *entry = (window, foreign);
         }
         entry.1 += 1;
         entry.1
@@ -106,7 +124,7 @@ async fn handle(State(up): State<Upstream>, Path((account, rest)): Path<(String,
     }
     up.served.fetch_add(1, Ordering::Relaxed);
     let mut headers = HeaderMap::new();
-    headers.insert("x-ratelimit-remaining", HeaderValue::from(up.limit - used));
+    headers.insert("x-ratelimit-remaining", HeaderValue::from(up.limit.saturating_sub(used)));
     headers.insert("x-ratelimit-reset", HeaderValue::from(reset_secs));
     let body = serde_json::json!({ "account": account, "resource": rest, "items": [] });
     (StatusCode::OK, headers, axum::Json(body)).into_response()
@@ -134,6 +152,21 @@ mod tests {
         // Another account has its own window.
         assert_eq!(client.get(url("b")).send().await.expect("send").status(), 200);
         assert_eq!((up.served(), up.rejected()), (3, 1));
+        up.stop();
+    }
+
+    #[tokio::test]
+    async fn a_foreign_client_uses_part_of_the_window_before_sluice_sees_it() {
+        // Every window (every = 1): 3 of the 4 requests are already used.
+        let up = MockUpstream::start_with(4, Duration::from_secs(3600), Some(ForeignUse { every: 1, requests: 3 }))
+            .await
+            .expect("start");
+        let client = reqwest::Client::new();
+        let url = format!("{}/api/a/orders", up.base_url());
+        let first = client.get(&url).send().await.expect("send");
+        assert_eq!((first.status().as_u16(), &first.headers()["x-ratelimit-remaining"]), (200, &HeaderValue::from(0)));
+        assert_eq!(client.get(&url).send().await.expect("send").status(), 429);
+        assert_eq!((up.served(), up.rejected()), (1, 1));
         up.stop();
     }
 }

@@ -15,6 +15,7 @@ use std::future::Future;
 use std::ops::{Add, Sub};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::OnceLock;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -128,12 +129,66 @@ pub type SharedClock = Arc<dyn Clock>;
 pub struct SystemClock;
 
 impl Clock for SystemClock {
+    /// The wall clock, read cheaply: see [`FastWall`].
     fn now(&self) -> Timestamp {
-        Timestamp::from_system_time(SystemTime::now())
+        static FAST_WALL: OnceLock<FastWall> = OnceLock::new();
+        Timestamp::from_micros(FAST_WALL.get_or_init(FastWall::new).now_micros())
     }
 
     fn sleep(&self, duration: Duration) -> SleepFuture<'_> {
         Box::pin(tokio::time::sleep(duration))
+    }
+}
+
+/// How long [`FastWall`] extrapolates from the CPU's counter before it reads
+/// the operating system's wall clock again.
+const REANCHOR_MICROS: i64 = 1_000;
+
+/// The wall clock at the cost of a time-stamp-counter read.
+///
+/// Every limiter decision reads the clock, and `clock_gettime` was a third of
+/// an in-memory decision's time. This reads the CPU's time-stamp counter
+/// through `quanta` (a few nanoseconds; `quanta` falls back to the OS's
+/// monotonic clock where the counter is not reliable) and adds the offset to
+/// the wall clock measured at the last anchor. The anchor is renewed from
+/// `SystemTime` at least every millisecond, so the result stays within a
+/// millisecond's worth of counter drift (nanoseconds) of `SystemTime::now()`
+/// and follows wall-clock steps (NTP, an operator) within a millisecond, as
+/// reading `SystemTime` directly did. Like `SystemTime`, it is not monotonic
+/// across such steps.
+struct FastWall {
+    clock: quanta::Clock,
+    /// The counter's raw value when this was made.
+    origin: u64,
+    /// Wall-clock micros minus counter micros at the last anchor.
+    offset: AtomicI64,
+    /// Counter micros (since `origin`) at the last anchor.
+    anchored: AtomicI64,
+}
+
+impl FastWall {
+    fn new() -> FastWall {
+        let clock = quanta::Clock::new();
+        let origin = clock.raw();
+        let wall = Timestamp::from_system_time(SystemTime::now()).as_micros();
+        FastWall { clock, origin, offset: AtomicI64::new(wall), anchored: AtomicI64::new(0) }
+    }
+
+    fn now_micros(&self) -> i64 {
+        // `raw` is one counter read; `delta_as_nanos` scales it (0 if the
+        // counter reads below the origin, e.g. another core's counter lags).
+        let nanos = self.clock.delta_as_nanos(self.origin, self.clock.raw());
+        let mono = i64::try_from(nanos / 1_000).unwrap_or(i64::MAX);
+        // Two threads may both re-anchor, or one may pair a new anchor time with
+        // the previous offset: either way the value read is at most one
+        // interval old, which is nanoseconds of drift.
+        if mono.saturating_sub(self.anchored.load(Ordering::Relaxed)) >= REANCHOR_MICROS {
+            let wall = Timestamp::from_system_time(SystemTime::now()).as_micros();
+            self.offset.store(wall.saturating_sub(mono), Ordering::Relaxed);
+            self.anchored.store(mono, Ordering::Relaxed);
+            return wall;
+        }
+        mono.saturating_add(self.offset.load(Ordering::Relaxed))
     }
 }
 
@@ -220,5 +275,17 @@ mod tests {
     fn system_clock_reads_time_since_the_epoch() {
         // 2020-01-01 as a floor: a clock counting from process start would fail.
         assert!(SystemClock.now() > Timestamp::from_secs(1_577_836_800));
+    }
+
+    #[test]
+    fn the_system_clock_reads_what_the_os_wall_clock_reads() {
+        // Long enough (thousands of OS clock reads) to cross several re-anchors.
+        let slack = Duration::from_micros(100);
+        for _ in 0..100_000 {
+            let before = Timestamp::from_system_time(SystemTime::now());
+            let now = SystemClock.now();
+            let after = Timestamp::from_system_time(SystemTime::now());
+            assert!(before - slack <= now && now <= after + slack, "{before:?} <= {now:?} <= {after:?}");
+        }
     }
 }

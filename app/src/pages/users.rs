@@ -47,7 +47,7 @@ mod server {
     use sluice_engine::{tokens, users};
 
     use super::*;
-    use crate::ssr::{context, internal, AppContext};
+    use crate::ssr::{internal, AppContext};
 
     pub fn to_engine(role: Role) -> users::Role {
         match role {
@@ -91,16 +91,12 @@ mod server {
                 .collect(),
         })
     }
-
-    pub fn context_for_admin() -> Result<AppContext, ServerFnError> {
-        context()
-    }
 }
 
 #[server(prefix = "/ui", endpoint = "users/list")]
 pub async fn list_accounts() -> Result<Accounts, ServerFnError> {
     crate::ssr::auth::require(Role::Admin).await?;
-    let ctx = server::context_for_admin()?;
+    let ctx = crate::ssr::context()?;
     server::load(&ctx).await
 }
 
@@ -123,13 +119,8 @@ pub async fn add_user(username: String, role: Role, password: String) -> Result<
         }
         Err(e @ (UserError::Username | UserError::Duplicate(_))) => Ok(invalid("username", e)),
         Err(e @ UserError::WeakPassword) => Ok(invalid("password", e)),
-        Err(e) => Err(internal_err("creating the user", e)),
+        Err(e) => Err(crate::ssr::internal("creating the user", e)),
     }
-}
-
-#[cfg(feature = "ssr")]
-fn internal_err(what: &str, e: impl std::fmt::Display) -> ServerFnError {
-    crate::ssr::internal(what, e)
 }
 
 /// Change a user's role (the last admin stays admin).
@@ -141,7 +132,7 @@ pub async fn set_user_role(username: String, role: Role) -> Result<(), ServerFnE
     match users::set_role(&ctx.db, &username, server::to_engine(role)).await {
         Ok((before, after)) => crate::ssr::audit(&ctx, &me.username, "user.role", &after.id, Some(&before), Some(&after), None).await,
         Err(e @ (UserError::LastAdmin | UserError::NotFound(_))) => Err(ServerFnError::new(e.to_string())),
-        Err(e) => Err(internal_err("changing the role", e)),
+        Err(e) => Err(crate::ssr::internal("changing the role", e)),
     }
 }
 
@@ -154,7 +145,7 @@ pub async fn remove_user(username: String) -> Result<(), ServerFnError> {
     match users::delete_user(&ctx.db, &username).await {
         Ok(user) => crate::ssr::audit(&ctx, &me.username, "user.delete", &user.id, Some(&user), None, None).await,
         Err(e @ (UserError::LastAdmin | UserError::NotFound(_))) => Err(ServerFnError::new(e.to_string())),
-        Err(e) => Err(internal_err("removing the user", e)),
+        Err(e) => Err(crate::ssr::internal("removing the user", e)),
     }
 }
 
@@ -177,7 +168,7 @@ pub async fn add_token(name: String, scope: String) -> Result<Created, ServerFnE
         Err(e @ (TokenError::Name | TokenError::Duplicate(_))) => {
             Ok(Created::Invalid { field: "name".into(), message: e.to_string() })
         }
-        Err(e) => Err(internal_err("creating the token", e)),
+        Err(e) => Err(crate::ssr::internal("creating the token", e)),
     }
 }
 
@@ -186,7 +177,7 @@ pub async fn revoke_token(name: String) -> Result<(), ServerFnError> {
     use sluice_engine::tokens;
     let me = crate::ssr::auth::require(Role::Admin).await?;
     let ctx = crate::ssr::context()?;
-    let revoked = tokens::revoke_token(&ctx.db, &name, ctx.clock.now()).await.map_err(|e| internal_err("revoking", e))?;
+    let revoked = tokens::revoke_token(&ctx.db, &name, ctx.clock.now()).await.map_err(|e| crate::ssr::internal("revoking", e))?;
     ctx.api_tokens.forget(&name);
     if !revoked {
         return Err(ServerFnError::new(format!("no live token named '{name}'")));

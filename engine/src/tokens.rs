@@ -127,11 +127,6 @@ impl TokenCache {
         TokenCache { ttl, capacity: capacity.max(1), entries: Mutex::new(HashMap::new()) }
     }
 
-    /// How long a live token is trusted without asking the database.
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
     /// [`authenticate`], answered from the cache while the entry is fresh.
     pub async fn authenticate(&self, db: &Db, secret: &str, now: Timestamp) -> Result<Option<ApiToken>, TokenError> {
         if self.ttl.is_zero() {

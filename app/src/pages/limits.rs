@@ -11,7 +11,7 @@ use leptos_router::components::A;
 use leptos_router::hooks::{use_navigate, use_query_map};
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{error_text, use_role, Role};
+use crate::auth::{error_text, use_role, ForRole, Role};
 use crate::pages::audit::{ChangeList, ChangeRow};
 use crate::components::format_ms;
 
@@ -455,9 +455,9 @@ pub fn LimitsPage() -> impl IntoView {
         <Title text="Limits"/>
         <header class="page-header">
             <h1>"Limits"</h1>
-            <Transition fallback=|| ()>
-                {move || is_admin().then(|| view! { <A href="/limits?new=1" attr:class="button primary" attr:data-testid="new-rule">"New rule"</A> })}
-            </Transition>
+            <ForRole role=Role::Admin>
+                <A href="/limits?new=1" attr:class="button primary" attr:data-testid="new-rule">"New rule"</A>
+            </ForRole>
         </header>
         {move || write_error().map(|e| view! { <p class="notice bad" role="alert">{e}</p> })}
         <ResolveTester/>

@@ -18,4 +18,3 @@ pub mod delivery;
 pub mod audit;
 pub mod tokens;
 pub mod users;
-mod lazy_connect;

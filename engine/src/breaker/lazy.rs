@@ -6,27 +6,31 @@
 //! store's `LazyRedisStore`.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::{Mutex, OnceCell};
 
 use super::redis::RedisBreakerStore;
 use super::{BreakerError, BreakerKey, BreakerState, BreakerStore, Loaded};
 use crate::clock::Timestamp;
-use crate::lazy_connect::LazyConnection;
+
+/// Connect attempts are at most this frequent; calls in between fail fast.
+const CONNECT_EVERY: Duration = Duration::from_millis(500);
 
 pub struct LazyRedisBreakerStore {
     url: String,
     prefix: String,
     timeout: Duration,
-    store: LazyConnection<RedisBreakerStore>,
+    store: OnceCell<RedisBreakerStore>,
+    last_attempt: Mutex<Option<Instant>>,
 }
 
 impl fmt::Debug for LazyRedisBreakerStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LazyRedisBreakerStore")
             .field("prefix", &self.prefix)
-            .field("connected", &self.store.is_connected())
+            .field("connected", &self.store.initialized())
             .finish()
     }
 }
@@ -42,7 +46,8 @@ impl LazyRedisBreakerStore {
             url: url.into(),
             prefix: prefix.into(),
             timeout: RedisBreakerStore::DEFAULT_TIMEOUT,
-            store: LazyConnection::new(),
+            store: OnceCell::new(),
+            last_attempt: Mutex::new(None),
         }
     }
 
@@ -63,18 +68,26 @@ impl LazyRedisBreakerStore {
     }
 
     async fn get(&self) -> Result<&RedisBreakerStore, BreakerError> {
-        let connect = || async {
-            let store = self.connect().await;
-            match &store {
-                Ok(_) => tracing::info!(prefix = %self.prefix, "breaker store connected to Redis"),
-                Err(e) => tracing::warn!(error = %e, "breaker store: Redis not reachable yet"),
+        if let Some(store) = self.store.get() {
+            return Ok(store);
+        }
+        {
+            let mut last = self.last_attempt.lock().await;
+            if last.is_some_and(|t| t.elapsed() < CONNECT_EVERY) {
+                return Err(BreakerError::Store(Box::new(NotConnected)));
             }
-            store
-        };
+            *last = Some(Instant::now());
+        }
         self.store
-            .get_or_connect(connect)
+            .get_or_try_init(|| async {
+                let store = self.connect().await;
+                match &store {
+                    Ok(_) => tracing::info!(prefix = %self.prefix, "breaker store connected to Redis"),
+                    Err(e) => tracing::warn!(error = %e, "breaker store: Redis not reachable yet"),
+                }
+                store
+            })
             .await
-            .map_err(|e| e.unwrap_or_else(|| BreakerError::Store(Box::new(NotConnected))))
     }
 }
 

@@ -88,6 +88,13 @@ impl Application {
         };
         let clock: SharedClock = Arc::new(SystemClock);
         let store = build_quota_store(&settings, &clock);
+        // Connect to Redis (if configured) before serving: the lazy store fails a
+        // call made while its first connect is in flight as if Redis were down,
+        // and a sign-in racing the background tasks' first call was refused.
+        // A Redis that is down costs one timeout here; start-up goes on.
+        if let Err(e) = store.list_buckets().await {
+            tracing::warn!(error = %e, "quota store not reachable at start-up; continuing");
+        }
         let limiter = build_limiter(store.clone(), &db, &clock).await?;
         let login_limiter = Limiter::new(
             store,

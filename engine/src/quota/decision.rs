@@ -27,8 +27,10 @@ pub struct BucketState {
     pub window: i64,
     /// Fixed window: tokens booked in `window`.
     pub used: u64,
-    /// Sliding log: one entry per token granted or booked, ascending.
-    pub log: VecDeque<i64>,
+    /// Sliding log: one entry per token granted or booked, ascending. Boxed,
+    /// and absent until the first booking, so that the other algorithms'
+    /// state fits in half a cache line next to its key (see `memory.rs`).
+    pub log: Option<Box<VecDeque<i64>>>,
     /// Window algorithms: no grant before this instant (429 penalty, `Remaining: 0`).
     pub blocked_until: i64,
 }
@@ -72,6 +74,11 @@ fn gcra_increment(limit: &Limit, cost: u64) -> i64 {
 
 /// GCRA burst tolerance span, rounded down for the same reason.
 fn gcra_span(limit: &Limit) -> i64 {
+    if limit.burst == limit.tokens {
+        // The usual rule (burst defaults to tokens): exactly one interval,
+        // without the division below.
+        return interval_us(limit);
+    }
     let den = u64::from(limit.tokens.max(1));
     match u64::from(limit.burst).checked_mul(interval_us(limit).unsigned_abs()) {
         Some(num) => i64::try_from(num / den).unwrap_or(i64::MAX),
@@ -84,8 +91,24 @@ fn gcra_span(limit: &Limit) -> i64 {
 
 /// Drop sliding-log entries that no window containing `now` can see.
 fn prune(state: &mut BucketState, now: i64, w: i64) {
-    while state.log.front().is_some_and(|&e| e <= now - w) {
-        state.log.pop_front();
+    if let Some(log) = state.log.as_mut() {
+        while log.front().is_some_and(|&e| e <= now - w) {
+            log.pop_front();
+        }
+    }
+}
+
+impl BucketState {
+    fn log_len(&self) -> u64 {
+        self.log.as_ref().map_or(0, |log| log.len() as u64)
+    }
+
+    fn log_last(&self) -> Option<i64> {
+        self.log.as_ref().and_then(|log| log.back().copied())
+    }
+
+    fn log_mut(&mut self) -> &mut VecDeque<i64> {
+        self.log.get_or_insert_with(Box::default)
     }
 }
 
@@ -101,13 +124,12 @@ fn earliest(state: &mut BucketState, now: i64, limit: &Limit, cost: u64) -> i64 
         }
         Algorithm::SlidingLog => {
             prune(state, now, w);
-            let mut at = now.max(state.blocked_until).max(state.log.back().copied().unwrap_or(now));
+            let mut at = now.max(state.blocked_until).max(state.log_last().unwrap_or(now));
             let allowed_others = u64::from(limit.tokens).saturating_sub(cost);
-            let m = state.log.len() as u64;
-            if m > allowed_others {
+            if let Some(log) = state.log.as_ref().filter(|log| log.len() as u64 > allowed_others) {
                 // The (m − allowed_others)-th entry must have left the window (t − w, t].
-                let idx = usize::try_from(m - allowed_others - 1).unwrap_or(0);
-                at = at.max(state.log[idx] + w);
+                let idx = usize::try_from(log.len() as u64 - allowed_others - 1).unwrap_or(0);
+                at = at.max(log[idx] + w);
             }
             at
         }
@@ -137,9 +159,7 @@ fn book(state: &mut BucketState, now: i64, at: i64, limit: &Limit, cost: u64) {
             state.window = win;
         }
         Algorithm::SlidingLog => {
-            for _ in 0..cost {
-                state.log.push_back(at);
-            }
+            state.log_mut().extend(std::iter::repeat_n(at, cost as usize));
         }
     }
 }
@@ -147,11 +167,24 @@ fn book(state: &mut BucketState, now: i64, at: i64, limit: &Limit, cost: u64) {
 /// Decide one request of `cost` tokens (1 ≤ cost ≤ [`Limit::capacity`]):
 /// book it and return the wait, or refuse without booking when the wait would
 /// exceed `ceiling`.
+#[inline]
 pub fn decide(state: &mut BucketState, now: Timestamp, limit: &Limit, cost: u32, ceiling: Duration) -> Decision {
     let now = now.as_micros();
     let cost = u64::from(cost.max(1));
+    let wait_for = |at: i64| Duration::from_micros(u64::try_from(at - now).unwrap_or(0));
+    if limit.algorithm == Algorithm::TokenBucket {
+        // The common rule, hot in every store: `earliest` and `book` in one,
+        // so the increment's division is done once.
+        let tat = state.tat.max(now) + gcra_increment(limit, cost);
+        let wait = wait_for((tat - gcra_span(limit)).max(now));
+        if wait > ceiling {
+            return Decision::Refused { retry_after: wait };
+        }
+        state.tat = tat;
+        return Decision::Granted { wait };
+    }
     let at = earliest(state, now, limit, cost);
-    let wait = Duration::from_micros(u64::try_from(at - now).unwrap_or(0));
+    let wait = wait_for(at);
     if wait > ceiling {
         return Decision::Refused { retry_after: wait };
     }
@@ -219,9 +252,8 @@ pub fn observe(state: &mut BucketState, now: Timestamp, limit: &Limit, remaining
             }
         }
         Algorithm::SlidingLog => {
-            for _ in 0..(available - remaining) {
-                state.log.push_back(now_us.max(state.log.back().copied().unwrap_or(now_us)));
-            }
+            let at = now_us.max(state.log_last().unwrap_or(now_us));
+            state.log_mut().extend(std::iter::repeat_n(at, (available - remaining) as usize));
         }
     }
 }
@@ -249,7 +281,7 @@ pub fn peek(state: &mut BucketState, now: Timestamp, limit: &Limit) -> Usage {
         Algorithm::SlidingLog if state.blocked_until > now_us => 0,
         Algorithm::SlidingLog => {
             prune(state, now_us, w);
-            capacity.saturating_sub(state.log.len() as u64)
+            capacity.saturating_sub(state.log_len())
         }
     };
     let at = earliest(state, now_us, limit, 1);
@@ -264,7 +296,7 @@ pub fn relevant_for(state: &BucketState, now: Timestamp, limit: &Limit) -> Durat
     let until = match limit.algorithm {
         Algorithm::TokenBucket => state.tat,
         Algorithm::FixedWindow => (state.window + 1) * w,
-        Algorithm::SlidingLog => state.log.back().map_or(0, |e| e + w),
+        Algorithm::SlidingLog => state.log_last().map_or(0, |e| e + w),
     }
     .max(state.blocked_until);
     Duration::from_micros(u64::try_from(until - now).unwrap_or(0))

@@ -3,6 +3,13 @@
 //! locks one shard, reads the time once from the injected clock and runs the
 //! pure decision code.
 //!
+//! A decision costs about what `governor`'s keyed limiter's does
+//! (docs/benchmarks.md), though it keeps per-bucket statistics and a
+//! three-part key. What that takes: each bucket is one 128-byte `Slot`
+//! holding its key inline (compared word by word, not with `memcmp`), its
+//! state and the counters a grant without a wait updates; everything else
+//! (leases, refusals, the histogram of waits) is boxed and made on first use.
+//!
 //! Idle buckets are kept (there is no TTL sweep): an embedded node sees few
 //! enough (account, rule) pairs that memory is not a concern, and keeping
 //! them keeps their stats for the dashboards.
@@ -13,30 +20,161 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use hashbrown::HashTable;
+use smallvec::SmallVec;
 
 use crate::clock::{duration_micros, SharedClock, Timestamp};
 
 use super::decision::{self, BucketState, Decision, Usage};
-use super::rule::Limit;
+use super::rule::{Limit, RuleId};
 use super::stats::{BucketKey, BucketStats, RefusalReason};
 use super::store::{DecideArgs, QuotaStore, StoreDecision, StoreError, StoreResult};
 
 const SHARDS: usize = 32;
 
-/// A bucket and its key, stored together so a lookup hashes the key once
-/// (for both the shard and the slot).
+/// Key bytes kept in the slot itself; longer keys spill to the heap.
+const INLINE_KEY: usize = 32;
+
+/// One bucket: its key, its state and the counters every decision touches,
+/// in one compact slot (under three cache lines). With thousands of buckets
+/// the decision's cost is mostly fetching the slot, so everything a plain
+/// grant does not need lives behind `cold`: leases, refusals, penalties and
+/// the histogram of grants that waited.
 #[derive(Debug)]
+#[repr(C, align(64))]
 struct Slot {
-    key: BucketKey,
-    entry: Entry,
+    /// The key's full hash: rejects a probe's near misses without comparing
+    /// strings, and rehashes the slot when the table grows.
+    hash: u64,
+    key: PackedKey,
+    cold: Option<Box<Cold>>,
+    state: BucketState,
+    /// Grants that waited under 1 ms, and their summed waits (µs): the wait
+    /// histogram's first bucket, which is where nearly every grant lands.
+    quick_grants: u64,
+    quick_wait_sum_us: u64,
+    /// Last decision, microseconds since the epoch (milliseconds in stats).
+    last_at_us: i64,
 }
 
+// The point of the layout: keep it from growing unnoticed.
+const _: () = assert!(std::mem::size_of::<Slot>() == 128);
+
 #[derive(Debug, Default)]
-struct Entry {
-    state: BucketState,
+struct Cold {
     /// Lease id → expiry (µs).
     leases: HashMap<String, i64>,
+    /// Everything but the quick grants and the time of the last decision.
     stats: BucketStats,
+}
+
+impl Slot {
+    fn new(hash: u64, key: &BucketKey) -> Slot {
+        Slot {
+            hash,
+            key: PackedKey::new(key),
+            state: BucketState::default(),
+            quick_grants: 0,
+            quick_wait_sum_us: 0,
+            last_at_us: 0,
+            cold: None,
+        }
+    }
+
+    fn cold(&mut self) -> &mut Cold {
+        self.cold.get_or_insert_with(Box::default)
+    }
+
+    fn add_grant(&mut self, wait: Duration) {
+        if wait < Duration::from_millis(1) {
+            self.quick_grants += 1;
+            // Under a millisecond, so the whole wait is its sub-second part.
+            self.quick_wait_sum_us += u64::from(wait.subsec_micros());
+        } else {
+            self.cold().stats.add_grant(wait);
+        }
+    }
+
+    fn stats(&self) -> BucketStats {
+        let mut s = self.cold.as_ref().map(|c| c.stats.clone()).unwrap_or_default();
+        s.grants += self.quick_grants;
+        s.wait_histogram[0] += self.quick_grants;
+        s.wait_sum_us += self.quick_wait_sum_us;
+        s.last_at_ms = Timestamp::from_micros(self.last_at_us).as_millis();
+        s
+    }
+}
+
+/// A [`BucketKey`] as `account ‖ scope ‖ rule` in one buffer, inline when it
+/// is short: a lookup compares it without fetching three heap strings.
+#[derive(Debug)]
+struct PackedKey {
+    bytes: SmallVec<[u8; INLINE_KEY]>,
+    account_len: u32,
+    scope_len: u32,
+}
+
+impl PackedKey {
+    fn new(key: &BucketKey) -> PackedKey {
+        let mut bytes = SmallVec::new();
+        for part in [&key.account, &key.scope, &key.rule.0] {
+            bytes.extend_from_slice(part.as_bytes());
+        }
+        let len = |part: &str| u32::try_from(part.len()).expect("a key part is far below 4 GiB");
+        PackedKey { bytes, account_len: len(&key.account), scope_len: len(&key.scope) }
+    }
+
+    fn matches(&self, key: &BucketKey) -> bool {
+        let (account, scope, rule) = (key.account.as_bytes(), key.scope.as_bytes(), key.rule.0.as_bytes());
+        self.account_len as usize == account.len()
+            && self.scope_len as usize == scope.len()
+            && self.bytes.len() == account.len() + scope.len() + rule.len()
+            && short_eq(&self.bytes[..account.len()], account)
+            && short_eq(&self.bytes[account.len()..account.len() + scope.len()], scope)
+            && short_eq(&self.bytes[account.len() + scope.len()..], rule)
+    }
+
+    fn to_key(&self) -> BucketKey {
+        let part = |range: std::ops::Range<usize>| {
+            // Each part was copied whole from a `String`, so it is UTF-8.
+            String::from_utf8(self.bytes[range].to_vec()).expect("key parts are copied from strings")
+        };
+        let (account_end, scope_end) = (self.account_len as usize, (self.account_len + self.scope_len) as usize);
+        BucketKey {
+            account: part(0..account_end),
+            scope: part(account_end..scope_end),
+            rule: RuleId(part(scope_end..self.bytes.len())),
+        }
+    }
+}
+
+/// Equality of two byte strings of the same length, with the short ones
+/// (key parts are mostly under 32 bytes) compared in registers: a call into
+/// libc's `memcmp` per part cost more than the comparison itself.
+#[inline(always)]
+fn short_eq(a: &[u8], b: &[u8]) -> bool {
+    fn word(s: &[u8], at: usize) -> u64 {
+        u64::from_ne_bytes(s[at..at + 8].try_into().expect("8 bytes"))
+    }
+    fn half(s: &[u8], at: usize) -> u32 {
+        u32::from_ne_bytes(s[at..at + 4].try_into().expect("4 bytes"))
+    }
+    debug_assert_eq!(a.len(), b.len());
+    let n = a.len();
+    match n {
+        0 => true,
+        // Positions 0, n/2 and n−1 cover every byte of a 1-, 2- or 3-byte string.
+        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
+        // Two overlapping words cover the whole string.
+        4..=7 => half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4),
+        8..=16 => word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8),
+        17..=32 => {
+            word(a, 0) == word(b, 0)
+                && word(a, 8) == word(b, 8)
+                && word(a, n - 16) == word(b, n - 16)
+                && word(a, n - 8) == word(b, n - 8)
+        }
+        _ => a == b,
+    }
 }
 
 /// Buckets in this process's memory.
@@ -66,58 +204,58 @@ impl MemoryStore {
         (hash, shard.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Run `f` on the bucket's entry, creating it (a full bucket) if needed.
-    fn with_entry<T>(&self, key: &BucketKey, f: impl FnOnce(&mut Entry, Timestamp) -> T) -> T {
+    /// Run `f` on the bucket's slot, creating it (a full bucket) if needed.
+    fn with_slot<T>(&self, key: &BucketKey, f: impl FnOnce(&mut Slot, Timestamp) -> T) -> T {
         let now = self.clock.now();
         let (hash, mut shard) = self.shard(key);
-        let entry = match shard.find_mut(hash, |s| s.key == *key) {
-            Some(slot) => &mut slot.entry,
-            None => {
-                let slot = Slot { key: key.clone(), entry: Entry::default() };
-                &mut shard.insert_unique(hash, slot, |s| self.hasher.hash_one(&s.key)).into_mut().entry
-            }
+        let slot = match shard.find_mut(hash, |s| s.hash == hash && s.key.matches(key)) {
+            Some(slot) => slot,
+            None => shard.insert_unique(hash, Slot::new(hash, key), |s| s.hash).into_mut(),
         };
-        entry.stats.last_at_ms = now.as_millis();
-        f(entry, now)
+        slot.last_at_us = now.as_micros();
+        f(slot, now)
     }
 
-    /// Run `f` on the bucket's entry if it exists.
-    fn with_existing<T>(&self, key: &BucketKey, f: impl FnOnce(&mut Entry) -> T) -> Option<T> {
+    /// Run `f` on the bucket's slot if it exists.
+    fn with_existing<T>(&self, key: &BucketKey, f: impl FnOnce(&mut Slot) -> T) -> Option<T> {
         let (hash, mut shard) = self.shard(key);
-        shard.find_mut(hash, |s| s.key == *key).map(|slot| f(&mut slot.entry))
+        shard.find_mut(hash, |s| s.hash == hash && s.key.matches(key)).map(f)
     }
 
     /// The synchronous decision, shared with the fallback store.
     pub fn decide_now(&self, args: &DecideArgs) -> StoreDecision {
-        self.with_entry(&args.key, |e, now| decide_entry(e, now, args))
+        self.with_slot(&args.key, |s, now| decide_slot(s, now, args))
     }
 }
 
-fn decide_entry(e: &mut Entry, now: Timestamp, args: &DecideArgs) -> StoreDecision {
+fn decide_slot(s: &mut Slot, now: Timestamp, args: &DecideArgs) -> StoreDecision {
     let now_us = now.as_micros();
-    let mut over_concurrency = false;
     if let Some(lease) = &args.lease {
-        e.leases.retain(|_, exp| *exp > now_us);
-        over_concurrency = !e.leases.contains_key(&lease.id) && e.leases.len() >= lease.max_in_flight as usize;
+        let leases = &mut s.cold().leases;
+        leases.retain(|_, exp| *exp > now_us);
+        if !leases.contains_key(&lease.id) && leases.len() >= lease.max_in_flight as usize {
+            let stats = &mut s.cold().stats;
+            stats.add_refusal(RefusalReason::ConcurrencyLimit);
+            stats.shadow_blocks += u64::from(args.shadow);
+            return StoreDecision::Refused { reason: RefusalReason::ConcurrencyLimit, retry_after: None };
+        }
     }
-    if over_concurrency {
-        e.stats.add_refusal(RefusalReason::ConcurrencyLimit);
-        e.stats.shadow_blocks += u64::from(args.shadow);
-        return StoreDecision::Refused { reason: RefusalReason::ConcurrencyLimit, retry_after: None };
-    }
-    match decision::decide(&mut e.state, now, &args.limit, args.cost, args.ceiling) {
+    match decision::decide(&mut s.state, now, &args.limit, args.cost, args.ceiling) {
         Decision::Granted { wait } => {
-            e.stats.add_grant(wait);
-            e.stats.shadow_blocks += u64::from(args.shadow && wait >= Duration::from_millis(1));
+            s.add_grant(wait);
+            if args.shadow && wait >= Duration::from_millis(1) {
+                s.cold().stats.shadow_blocks += 1;
+            }
             let lease = args.lease.as_ref().map(|l| {
-                e.leases.insert(l.id.clone(), now_us + duration_micros(wait) + duration_micros(l.ttl));
+                s.cold().leases.insert(l.id.clone(), now_us + duration_micros(wait) + duration_micros(l.ttl));
                 l.id.clone()
             });
             StoreDecision::Granted { wait, lease }
         }
         Decision::Refused { retry_after } => {
-            e.stats.add_refusal(RefusalReason::WaitCeilingExceeded);
-            e.stats.shadow_blocks += u64::from(args.shadow);
+            let stats = &mut s.cold().stats;
+            stats.add_refusal(RefusalReason::WaitCeilingExceeded);
+            stats.shadow_blocks += u64::from(args.shadow);
             StoreDecision::Refused { reason: RefusalReason::WaitCeilingExceeded, retry_after: Some(retry_after) }
         }
     }
@@ -139,9 +277,9 @@ impl QuotaStore for MemoryStore {
         floor: Duration,
         retry_after: Option<Duration>,
     ) -> StoreResult<'a, Duration> {
-        ready(self.with_entry(key, |e, now| {
-            e.stats.penalties += 1;
-            decision::penalize(&mut e.state, now, limit, floor, retry_after).saturating_duration_since(now)
+        ready(self.with_slot(key, |s, now| {
+            s.cold().stats.penalties += 1;
+            decision::penalize(&mut s.state, now, limit, floor, retry_after).saturating_duration_since(now)
         }))
     }
 
@@ -152,39 +290,113 @@ impl QuotaStore for MemoryStore {
         remaining: u64,
         reset_in: Option<Duration>,
     ) -> StoreResult<'a, ()> {
-        self.with_entry(key, |e, now| {
-            e.stats.observations += 1;
-            decision::observe(&mut e.state, now, limit, remaining, reset_in);
+        self.with_slot(key, |s, now| {
+            s.cold().stats.observations += 1;
+            decision::observe(&mut s.state, now, limit, remaining, reset_in);
         });
         ready(())
     }
 
     fn peek<'a>(&'a self, key: &'a BucketKey, limit: &'a Limit) -> StoreResult<'a, Usage> {
         let now = self.clock.now();
-        let usage = self.with_existing(key, |e| decision::peek(&mut e.state, now, limit));
+        let usage = self.with_existing(key, |s| decision::peek(&mut s.state, now, limit));
         ready(usage.unwrap_or_else(|| decision::peek(&mut BucketState::default(), now, limit)))
     }
 
     fn release<'a>(&'a self, key: &'a BucketKey, lease: &'a str) -> StoreResult<'a, ()> {
-        self.with_existing(key, |e| e.leases.remove(lease));
+        self.with_existing(key, |s| s.cold.as_mut().and_then(|c| c.leases.remove(lease)));
         ready(())
     }
 
     fn record_refusal<'a>(&'a self, key: &'a BucketKey, reason: RefusalReason) -> StoreResult<'a, ()> {
-        self.with_entry(key, |e, _| e.stats.add_refusal(reason));
+        self.with_slot(key, |s, _| s.cold().stats.add_refusal(reason));
         ready(())
     }
 
     fn stats<'a>(&'a self, key: &'a BucketKey) -> StoreResult<'a, BucketStats> {
-        ready(self.with_existing(key, |e| e.stats.clone()).unwrap_or_default())
+        ready(self.with_existing(key, |s| s.stats()).unwrap_or_default())
     }
 
     fn list_buckets(&self) -> StoreResult<'_, Vec<BucketKey>> {
         let mut keys: Vec<BucketKey> = Vec::new();
         for shard in &self.shards {
-            keys.extend(shard.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|s| s.key.clone()));
+            keys.extend(shard.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|s| s.key.to_key()));
         }
         keys.sort();
         ready(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::clock::{Clock, ManualClock};
+
+    use super::*;
+
+    fn key(account: &str, scope: &str, rule: &str) -> BucketKey {
+        BucketKey { account: account.into(), scope: scope.into(), rule: RuleId(rule.into()) }
+    }
+
+    fn args(key: BucketKey, limit: Limit) -> DecideArgs {
+        DecideArgs { key, limit, cost: 1, ceiling: Duration::from_secs(60), shadow: false, lease: None }
+    }
+
+    #[test]
+    fn short_eq_agrees_with_slice_equality_for_every_length_and_position() {
+        for n in 0..=48usize {
+            let a: Vec<u8> = (0..n).map(|i| b'a' + (i % 26) as u8).collect();
+            assert!(short_eq(&a, &a.clone()), "equal strings of length {n}");
+            for at in 0..n {
+                let mut b = a.clone();
+                b[at] ^= 0x20;
+                assert!(!short_eq(&a, &b), "length {n}, differing at {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn keys_that_concatenate_alike_are_different_buckets() {
+        let store = MemoryStore::new(Arc::new(ManualClock::at_test_epoch()));
+        let limit = Limit::token_bucket(1, Duration::from_secs(10), 1);
+        let long = "an-account-name-well-past-the-inline-key-size";
+        let keys = [key("ab", "c", "d"), key("a", "bc", "d"), key("a", "b", "cd"), key(long, "pricing", "r")];
+        for k in &keys {
+            // Each is a fresh full bucket: its one token is granted at once.
+            assert_eq!(
+                store.decide_now(&args(k.clone(), limit)),
+                StoreDecision::Granted { wait: Duration::ZERO, lease: None }
+            );
+        }
+        let mut listed = futures::executor::block_on(store.list_buckets()).expect("memory store");
+        let mut expected = keys.to_vec();
+        expected.sort();
+        listed.sort();
+        assert_eq!(listed, expected);
+    }
+
+    #[test]
+    fn stats_add_quick_grants_to_those_that_waited() {
+        let clock = Arc::new(ManualClock::at_test_epoch());
+        let store = MemoryStore::new(clock.clone());
+        let k = key("acct", "pricing", "r");
+        // Two at once (burst 2), then one booked 500 ms out, then a refusal.
+        let limit = Limit::token_bucket(2, Duration::from_secs(1), 2);
+        let mut a = args(k.clone(), limit);
+        for _ in 0..3 {
+            assert!(matches!(store.decide_now(&a), StoreDecision::Granted { .. }));
+        }
+        a.ceiling = Duration::ZERO;
+        assert!(matches!(store.decide_now(&a), StoreDecision::Refused { .. }));
+
+        let stats = futures::executor::block_on(store.stats(&k)).expect("memory store");
+        assert_eq!(stats.grants, 3);
+        assert_eq!(stats.waited, 1);
+        assert_eq!(stats.wait_histogram[0], 2);
+        assert_eq!(stats.wait_histogram.iter().sum::<u64>(), 3);
+        assert_eq!(stats.wait_sum_us, 500_000);
+        assert_eq!(stats.refusals(RefusalReason::WaitCeilingExceeded), 1);
+        assert_eq!(stats.last_at_ms, clock.now().as_millis());
     }
 }

@@ -15,7 +15,7 @@ export default defineConfig({
   use: {
     baseURL: process.env.SLUICE_E2E_URL ?? 'http://127.0.0.1:3000',
     screenshot: 'only-on-failure',
-    trace: 'off',
+    trace: 'retain-on-failure',
     launchOptions: {
       executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
       args: [

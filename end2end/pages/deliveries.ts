@@ -27,7 +27,13 @@ export class MockMerchant {
   }
 
   async stop() {
-    await new Promise((resolve) => this.server.close(resolve));
+    const closed = new Promise((resolve) => this.server.close(resolve));
+    // Sluice's delivery worker keeps its connection alive and may still be
+    // retrying on it (a ladder, a breaker probe): close() alone stops new
+    // connections but serves that one until it idles, which a retrying worker
+    // never lets happen, so the test hung past its timeout after passing.
+    this.server.closeAllConnections();
+    await closed;
   }
 }
 

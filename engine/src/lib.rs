@@ -18,3 +18,4 @@ pub mod delivery;
 pub mod audit;
 pub mod tokens;
 pub mod users;
+mod lazy_connect;

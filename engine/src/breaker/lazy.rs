@@ -6,31 +6,27 @@
 //! store's `LazyRedisStore`.
 
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use tokio::sync::{Mutex, OnceCell};
 
 use super::redis::RedisBreakerStore;
 use super::{BreakerError, BreakerKey, BreakerState, BreakerStore, Loaded};
 use crate::clock::Timestamp;
-
-/// Connect attempts are at most this frequent; calls in between fail fast.
-const CONNECT_EVERY: Duration = Duration::from_millis(500);
+use crate::lazy_connect::LazyConnection;
 
 pub struct LazyRedisBreakerStore {
     url: String,
     prefix: String,
     timeout: Duration,
-    store: OnceCell<RedisBreakerStore>,
-    last_attempt: Mutex<Option<Instant>>,
+    store: LazyConnection<RedisBreakerStore>,
 }
 
 impl fmt::Debug for LazyRedisBreakerStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LazyRedisBreakerStore")
             .field("prefix", &self.prefix)
-            .field("connected", &self.store.initialized())
+            .field("connected", &self.store.is_connected())
             .finish()
     }
 }
@@ -46,8 +42,7 @@ impl LazyRedisBreakerStore {
             url: url.into(),
             prefix: prefix.into(),
             timeout: RedisBreakerStore::DEFAULT_TIMEOUT,
-            store: OnceCell::new(),
-            last_attempt: Mutex::new(None),
+            store: LazyConnection::new(),
         }
     }
 
@@ -68,26 +63,18 @@ impl LazyRedisBreakerStore {
     }
 
     async fn get(&self) -> Result<&RedisBreakerStore, BreakerError> {
-        if let Some(store) = self.store.get() {
-            return Ok(store);
-        }
-        {
-            let mut last = self.last_attempt.lock().await;
-            if last.is_some_and(|t| t.elapsed() < CONNECT_EVERY) {
-                return Err(BreakerError::Store(Box::new(NotConnected)));
+        let connect = || async {
+            let store = self.connect().await;
+            match &store {
+                Ok(_) => tracing::info!(prefix = %self.prefix, "breaker store connected to Redis"),
+                Err(e) => tracing::warn!(error = %e, "breaker store: Redis not reachable yet"),
             }
-            *last = Some(Instant::now());
-        }
+            store
+        };
         self.store
-            .get_or_try_init(|| async {
-                let store = self.connect().await;
-                match &store {
-                    Ok(_) => tracing::info!(prefix = %self.prefix, "breaker store connected to Redis"),
-                    Err(e) => tracing::warn!(error = %e, "breaker store: Redis not reachable yet"),
-                }
-                store
-            })
+            .get_or_connect(connect)
             .await
+            .map_err(|e| e.unwrap_or_else(|| BreakerError::Store(Box::new(NotConnected))))
     }
 }
 

@@ -6,9 +6,9 @@
 //! reconnects itself.
 
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::sync::{Mutex, OnceCell};
+use crate::lazy_connect::LazyConnection;
 
 use super::decision::Usage;
 use super::redis::{RedisSettings, RedisStore};
@@ -16,20 +16,16 @@ use super::rule::Limit;
 use super::stats::{BucketKey, BucketStats, RefusalReason};
 use super::store::{DecideArgs, QuotaStore, StoreDecision, StoreError, StoreResult};
 
-/// Connect attempts are at most this frequent; calls in between fail fast.
-const CONNECT_EVERY: Duration = Duration::from_millis(500);
-
 pub struct LazyRedisStore {
     settings: RedisSettings,
-    store: OnceCell<RedisStore>,
-    last_attempt: Mutex<Option<Instant>>,
+    store: LazyConnection<RedisStore>,
 }
 
 impl fmt::Debug for LazyRedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LazyRedisStore")
             .field("prefix", &self.settings.prefix)
-            .field("connected", &self.store.initialized())
+            .field("connected", &self.store.is_connected())
             .finish()
     }
 }
@@ -40,30 +36,22 @@ struct NotConnected;
 
 impl LazyRedisStore {
     pub fn new(settings: RedisSettings) -> Self {
-        LazyRedisStore { settings, store: OnceCell::new(), last_attempt: Mutex::new(None) }
+        LazyRedisStore { settings, store: LazyConnection::new() }
     }
 
     async fn get(&self) -> Result<&RedisStore, StoreError> {
-        if let Some(store) = self.store.get() {
-            return Ok(store);
-        }
-        {
-            let mut last = self.last_attempt.lock().await;
-            if last.is_some_and(|t| t.elapsed() < CONNECT_EVERY) {
-                return Err(StoreError::Unavailable(Box::new(NotConnected)));
+        let connect = || async {
+            let store = RedisStore::connect(&self.settings).await;
+            match &store {
+                Ok(_) => tracing::info!(prefix = %self.settings.prefix, "connected to Redis"),
+                Err(e) => tracing::warn!(error = %e, "Redis not reachable yet"),
             }
-            *last = Some(Instant::now());
-        }
+            store
+        };
         self.store
-            .get_or_try_init(|| async {
-                let store = RedisStore::connect(&self.settings).await;
-                match &store {
-                    Ok(_) => tracing::info!(prefix = %self.settings.prefix, "connected to Redis"),
-                    Err(e) => tracing::warn!(error = %e, "Redis not reachable yet"),
-                }
-                store
-            })
+            .get_or_connect(connect)
             .await
+            .map_err(|e| e.unwrap_or_else(|| StoreError::Unavailable(Box::new(NotConnected))))
     }
 }
 

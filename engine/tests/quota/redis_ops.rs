@@ -8,7 +8,7 @@ mod quota_redis_ops {
     use futures::StreamExt;
     use sluice_engine::clock::{ManualClock, SharedClock};
     use sluice_engine::quota::{
-        FallbackStore, Limit, Limiter, LimiterConfig, Outcome, QuotaRequest, QuotaStore, RedisSettings, RedisStore,
+        FallbackStore, LazyRedisStore, Limit, Limiter, LimiterConfig, Outcome, QuotaRequest, QuotaStore, RedisSettings, RedisStore,
         RefusalReason, Rule, RuleRegistry, StoreHealth, StorePolicy,
     };
 
@@ -26,6 +26,16 @@ mod quota_redis_ops {
 
     async fn redis_store(url: &str, prefix: &str) -> RedisStore {
         RedisStore::connect(&RedisSettings::single(url, prefix)).await.expect("connect")
+    }
+
+    #[tokio::test]
+    async fn calls_made_while_the_lazy_store_connects_wait_for_the_connection() {
+        // Both calls start before any connection exists; the second must get
+        // the first one's connection, not "Redis unavailable".
+        let store = LazyRedisStore::new(RedisSettings::single(&test_redis_url(), &unique_prefix()));
+        let (first, second) = tokio::join!(store.list_buckets(), store.list_buckets());
+        assert!(first.is_ok(), "{first:?}");
+        assert!(second.is_ok(), "{second:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

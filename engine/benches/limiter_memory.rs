@@ -2,7 +2,7 @@
 //! the same run. Both see 1024 keys round-robin and a quota large enough that
 //! every decision grants (so neither is measuring its refusal path).
 //!
-//! `cargo bench -p sluice-engine --bench limiter_memory`
+//! `cargo bench -p sluice-engine --bench limiter_memory` (docs/benchmarks.md)
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -47,6 +47,43 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             j = (j + 1) % KEYS;
             black_box(governor.check_key(&keys[j]).is_ok())
+        })
+    });
+
+    // The same two limiters, with both cores deciding at once over the same
+    // keys (each thread starts at a different key): what the shard locks and
+    // governor's atomics cost under contention. Time per decision per thread.
+    const THREADS: usize = 2;
+    group.bench_function("sluice_memory_store_2_threads", |b| {
+        b.iter_custom(|iters| {
+            let start = std::time::Instant::now();
+            std::thread::scope(|s| {
+                for t in 0..THREADS {
+                    let (store, args) = (&store, &args);
+                    s.spawn(move || {
+                        for n in 0..iters as usize {
+                            black_box(store.decide_now(&args[(n + t * KEYS / THREADS) % KEYS]));
+                        }
+                    });
+                }
+            });
+            start.elapsed()
+        })
+    });
+    group.bench_function("governor_keyed_2_threads", |b| {
+        b.iter_custom(|iters| {
+            let start = std::time::Instant::now();
+            std::thread::scope(|s| {
+                for t in 0..THREADS {
+                    let (governor, keys) = (&governor, &keys);
+                    s.spawn(move || {
+                        for n in 0..iters as usize {
+                            black_box(governor.check_key(&keys[(n + t * KEYS / THREADS) % KEYS]).is_ok());
+                        }
+                    });
+                }
+            });
+            start.elapsed()
         })
     });
     group.finish();

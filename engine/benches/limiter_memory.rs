@@ -53,40 +53,40 @@ fn bench(c: &mut Criterion) {
     // The same two limiters, with both cores deciding at once over the same
     // keys (each thread starts at a different key): what the shard locks and
     // governor's atomics cost under contention. Time per decision per thread.
-    const THREADS: usize = 2;
     group.bench_function("sluice_memory_store_2_threads", |b| {
         b.iter_custom(|iters| {
-            let start = std::time::Instant::now();
-            std::thread::scope(|s| {
-                for t in 0..THREADS {
-                    let (store, args) = (&store, &args);
-                    s.spawn(move || {
-                        for n in 0..iters as usize {
-                            black_box(store.decide_now(&args[(n + t * KEYS / THREADS) % KEYS]));
-                        }
-                    });
-                }
-            });
-            start.elapsed()
+            on_threads(iters, |k| {
+                black_box(store.decide_now(&args[k]));
+            })
         })
     });
     group.bench_function("governor_keyed_2_threads", |b| {
         b.iter_custom(|iters| {
-            let start = std::time::Instant::now();
-            std::thread::scope(|s| {
-                for t in 0..THREADS {
-                    let (governor, keys) = (&governor, &keys);
-                    s.spawn(move || {
-                        for n in 0..iters as usize {
-                            black_box(governor.check_key(&keys[(n + t * KEYS / THREADS) % KEYS]).is_ok());
-                        }
-                    });
-                }
-            });
-            start.elapsed()
+            on_threads(iters, |k| {
+                black_box(governor.check_key(&keys[k]).is_ok());
+            })
         })
     });
     group.finish();
+}
+
+const THREADS: usize = 2;
+
+/// `iters` calls of `decide(key index)` on each of [`THREADS`] threads at
+/// once, each thread starting at a different key; the wall time of it all.
+fn on_threads(iters: u64, decide: impl Fn(usize) + Sync) -> Duration {
+    let start = std::time::Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let decide = &decide;
+            s.spawn(move || {
+                for n in 0..iters as usize {
+                    decide((n + t * KEYS / THREADS) % KEYS);
+                }
+            });
+        }
+    });
+    start.elapsed()
 }
 
 criterion_group!(benches, bench);

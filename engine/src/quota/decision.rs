@@ -112,11 +112,19 @@ impl BucketState {
     }
 }
 
+/// A token-bucket request of `cost`: the instant it may go, and the
+/// theoretical arrival time once it is booked.
+#[inline]
+fn gcra_booking(state: &BucketState, now: i64, limit: &Limit, cost: u64) -> (i64, i64) {
+    let tat = state.tat.max(now) + gcra_increment(limit, cost);
+    ((tat - gcra_span(limit)).max(now), tat)
+}
+
 /// The earliest instant a request of `cost` may go, given the bookings so far.
 fn earliest(state: &mut BucketState, now: i64, limit: &Limit, cost: u64) -> i64 {
     let w = interval_us(limit);
     match limit.algorithm {
-        Algorithm::TokenBucket => (state.tat.max(now) + gcra_increment(limit, cost) - gcra_span(limit)).max(now),
+        Algorithm::TokenBucket => gcra_booking(state, now, limit, cost).0,
         Algorithm::FixedWindow => {
             let (win, used) = fixed_cursor(state, now, w);
             let win = if used + cost > u64::from(limit.tokens) { win + 1 } else { win };
@@ -151,7 +159,7 @@ fn fixed_cursor(state: &BucketState, now: i64, w: i64) -> (i64, u64) {
 fn book(state: &mut BucketState, now: i64, at: i64, limit: &Limit, cost: u64) {
     let w = interval_us(limit);
     match limit.algorithm {
-        Algorithm::TokenBucket => state.tat = state.tat.max(now) + gcra_increment(limit, cost),
+        Algorithm::TokenBucket => state.tat = gcra_booking(state, now, limit, cost).1,
         Algorithm::FixedWindow => {
             let win = at.div_euclid(w);
             let (cur, used) = fixed_cursor(state, now, w);
@@ -175,8 +183,8 @@ pub fn decide(state: &mut BucketState, now: Timestamp, limit: &Limit, cost: u32,
     if limit.algorithm == Algorithm::TokenBucket {
         // The common rule, hot in every store: `earliest` and `book` in one,
         // so the increment's division is done once.
-        let tat = state.tat.max(now) + gcra_increment(limit, cost);
-        let wait = wait_for((tat - gcra_span(limit)).max(now));
+        let (at, tat) = gcra_booking(state, now, limit, cost);
+        let wait = wait_for(at);
         if wait > ceiling {
             return Decision::Refused { retry_after: wait };
         }

@@ -35,7 +35,7 @@ const SHARDS: usize = 32;
 const INLINE_KEY: usize = 32;
 
 /// One bucket: its key, its state and the counters every decision touches,
-/// in one compact slot (under three cache lines). With thousands of buckets
+/// in one compact slot (two cache lines). With thousands of buckets
 /// the decision's cost is mostly fetching the slot, so everything a plain
 /// grant does not need lives behind `cold`: leases, refusals, penalties and
 /// the histogram of grants that waited.
@@ -82,6 +82,13 @@ impl Slot {
 
     fn cold(&mut self) -> &mut Cold {
         self.cold.get_or_insert_with(Box::default)
+    }
+
+    /// A refusal, and a shadow rule's would-be block.
+    fn add_refusal(&mut self, reason: RefusalReason, shadow: bool) {
+        let stats = &mut self.cold().stats;
+        stats.add_refusal(reason);
+        stats.shadow_blocks += u64::from(shadow);
     }
 
     fn add_grant(&mut self, wait: Duration) {
@@ -234,9 +241,7 @@ fn decide_slot(s: &mut Slot, now: Timestamp, args: &DecideArgs) -> StoreDecision
         let leases = &mut s.cold().leases;
         leases.retain(|_, exp| *exp > now_us);
         if !leases.contains_key(&lease.id) && leases.len() >= lease.max_in_flight as usize {
-            let stats = &mut s.cold().stats;
-            stats.add_refusal(RefusalReason::ConcurrencyLimit);
-            stats.shadow_blocks += u64::from(args.shadow);
+            s.add_refusal(RefusalReason::ConcurrencyLimit, args.shadow);
             return StoreDecision::Refused { reason: RefusalReason::ConcurrencyLimit, retry_after: None };
         }
     }
@@ -253,9 +258,7 @@ fn decide_slot(s: &mut Slot, now: Timestamp, args: &DecideArgs) -> StoreDecision
             StoreDecision::Granted { wait, lease }
         }
         Decision::Refused { retry_after } => {
-            let stats = &mut s.cold().stats;
-            stats.add_refusal(RefusalReason::WaitCeilingExceeded);
-            stats.shadow_blocks += u64::from(args.shadow);
+            s.add_refusal(RefusalReason::WaitCeilingExceeded, args.shadow);
             StoreDecision::Refused { reason: RefusalReason::WaitCeilingExceeded, retry_after: Some(retry_after) }
         }
     }
@@ -309,7 +312,7 @@ impl QuotaStore for MemoryStore {
     }
 
     fn record_refusal<'a>(&'a self, key: &'a BucketKey, reason: RefusalReason) -> StoreResult<'a, ()> {
-        self.with_slot(key, |s, _| s.cold().stats.add_refusal(reason));
+        self.with_slot(key, |s, _| s.add_refusal(reason, false));
         ready(())
     }
 

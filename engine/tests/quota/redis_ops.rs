@@ -7,9 +7,10 @@ mod quota_redis_ops {
 
     use futures::StreamExt;
     use sluice_engine::clock::{ManualClock, SharedClock};
+    use sluice_engine::quota::store::{DecideArgs, LeaseArgs};
     use sluice_engine::quota::{
-        FallbackStore, LazyRedisStore, Limit, Limiter, LimiterConfig, Outcome, QuotaRequest, QuotaStore, RedisSettings, RedisStore,
-        RefusalReason, Rule, RuleRegistry, StoreHealth, StorePolicy,
+        BucketKey, FallbackStore, LazyRedisStore, Limit, Limiter, LimiterConfig, Outcome, QuotaRequest, QuotaStore,
+        RedisSettings, RedisStore, RefusalReason, Rule, RuleId, RuleRegistry, StoreHealth, StorePolicy,
     };
 
     use crate::support::{test_redis_url, unique_prefix, Backend, OwnRedis};
@@ -36,6 +37,38 @@ mod quota_redis_ops {
         let (first, second) = tokio::join!(store.list_buckets(), store.list_buckets());
         assert!(first.is_ok(), "{first:?}");
         assert!(second.is_ok(), "{second:?}");
+    }
+
+    #[tokio::test]
+    async fn every_key_the_store_writes_expires() {
+        let prefix = unique_prefix();
+        let store = redis_store(&test_redis_url(), &prefix).await;
+        let key =
+            |rule: &str| BucketKey { account: "acct42".into(), scope: "pricing".into(), rule: RuleId(rule.into()) };
+        let args = |rule: &str, limit: Limit, lease: Option<LeaseArgs>| DecideArgs {
+            key: key(rule),
+            limit,
+            cost: 1,
+            ceiling: MIN,
+            shadow: false,
+            lease,
+        };
+        // Every kind of key: buckets of each algorithm, a sliding log, a
+        // lease set and the stats hash, plus a penalty and a header sync.
+        let lease = LeaseArgs { max_in_flight: 2, id: "lease_1".into(), ttl: MIN };
+        store.decide(&args("tb", Limit::token_bucket(5, MIN, 5), Some(lease))).await.expect("decide");
+        store.decide(&args("fw", Limit::fixed_window(5, MIN), None)).await.expect("decide");
+        store.decide(&args("sl", Limit::sliding_log(5, MIN), None)).await.expect("decide");
+        store.penalize(&key("fw"), &Limit::fixed_window(5, MIN), MIN, None).await.expect("penalize");
+        store.observe(&key("sl"), &Limit::sliding_log(5, MIN), 1, Some(MIN)).await.expect("observe");
+
+        let mut c = redis::Client::open(test_redis_url()).expect("url").get_connection().expect("conn");
+        let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query(&mut c).expect("keys");
+        assert!(keys.len() >= 7, "buckets, log, leases and stats: {keys:?}");
+        for k in keys {
+            let ttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut c).expect("pttl");
+            assert!(ttl > 0, "{k} has no expiry (PTTL {ttl})");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

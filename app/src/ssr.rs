@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use sluice_engine::breaker::Breaker as UpstreamBreakers;
+use sluice_engine::upstream_breaker::UpstreamBreaker;
 use sluice_engine::clock::SharedClock;
 use sluice_engine::db::Db;
 use sluice_engine::delivery::ssrf::SsrfPolicy;
@@ -49,11 +49,11 @@ pub struct AppContext {
     /// The upstream circuit breakers (per account and API scope): in memory
     /// when embedded, in Redis when distributed (connected lazily, so the
     /// Breakers page says "unavailable" rather than failing while Redis is down).
-    pub upstream_breakers: UpstreamBreakers,
+    pub upstream_breakers: UpstreamBreaker,
     /// The delivery ladders' timings the worker runs with (product or demo).
     pub delivery_ladder: sluice_engine::delivery::ladder::LadderConfig,
     /// The merchant breakers' timings the worker runs with (product or demo).
-    pub delivery_breaker: sluice_engine::delivery::breaker::BreakerConfig,
+    pub delivery_breaker: sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig,
     /// Throttles login attempts per username: Sluice's own limiter, with a
     /// fixed rule ([`auth::login_rule`]) on the same store as the quotas.
     pub login_limiter: Limiter,

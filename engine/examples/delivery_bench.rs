@@ -17,7 +17,7 @@ use axum::Router;
 use sluice_engine::clock::{SharedClock, SystemClock};
 use sluice_engine::db::testing::TestDb;
 use sluice_engine::db::{Db, PoolSettings};
-use sluice_engine::delivery::breaker::BreakerConfig;
+use sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig;
 use sluice_engine::delivery::ops::create_merchant;
 use sluice_engine::delivery::ssrf::SsrfPolicy;
 use sluice_engine::delivery::*;
@@ -42,7 +42,7 @@ async fn main() {
     let ssrf = SsrfPolicy::allowing(&["127.0.0.0/8"]).expect("allow-list");
     let clock: SharedClock = Arc::new(SystemClock);
     let input = MerchantIn { name: "bench".into(), url: format!("http://{addr}/hook"), scheme: SigningScheme::Sluice, secret: None };
-    let merchant = create_merchant(&store, input, &ssrf, &BreakerConfig::default(), clock.now()).await.expect("merchant");
+    let merchant = create_merchant(&store, input, &ssrf, &MerchantBreakerConfig::default(), clock.now()).await.expect("merchant");
 
     // Intake: 16 concurrent producers.
     let started = Instant::now();

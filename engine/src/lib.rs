@@ -12,7 +12,7 @@ pub mod clock;
 pub mod db;
 pub mod quota;
 pub mod simulator;
-pub mod breaker;
+pub mod upstream_breaker;
 pub mod retry;
 pub mod delivery;
 pub mod audit;

@@ -8,13 +8,13 @@ use std::time::Duration;
 use anyhow::Context;
 use leptos::prelude::LeptosOptions;
 use sluice_app::ssr::AppContext;
-use sluice_engine::breaker::lazy::LazyRedisBreakerStore;
-use sluice_engine::breaker::memory::MemoryBreakerStore;
-use sluice_engine::breaker::{Breaker, BreakerConfig as UpstreamBreakerConfig, BreakerStore};
+use sluice_engine::upstream_breaker::lazy::LazyRedisBreakerStore;
+use sluice_engine::upstream_breaker::memory::MemoryBreakerStore;
+use sluice_engine::upstream_breaker::{BreakerStore, UpstreamBreaker, UpstreamBreakerConfig};
 use sluice_engine::clock::{SharedClock, SystemClock};
 use sluice_engine::db::{Backend, Db, PoolSettings};
 use sluice_engine::delivery::ssrf::SsrfPolicy;
-use sluice_engine::delivery::breaker::BreakerConfig;
+use sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig;
 use sluice_engine::delivery::ladder::LadderConfig;
 use sluice_engine::delivery::{DeliveryStore, Worker, WorkerConfig};
 use sluice_engine::quota::history::{HistoryConfig, QuotaHistory};
@@ -236,12 +236,12 @@ fn build_quota_store(settings: &Settings, clock: &SharedClock) -> Arc<dyn QuotaS
 /// The upstream circuit breakers: in memory when embedded; in Redis when
 /// distributed, so every instance sees the same states, connected lazily so
 /// an instance starts (and shows the Breakers page) while Redis is down.
-fn build_upstream_breakers(settings: &Settings, clock: &SharedClock) -> Breaker {
+fn build_upstream_breakers(settings: &Settings, clock: &SharedClock) -> UpstreamBreaker {
     let store: Arc<dyn BreakerStore> = match &settings.redis_url {
         None => Arc::new(MemoryBreakerStore::new(clock.clone())),
         Some(url) => Arc::new(LazyRedisBreakerStore::new(url.as_str(), settings.redis_prefix.clone())),
     };
-    Breaker::new(store, UpstreamBreakerConfig::default())
+    UpstreamBreaker::new(store, UpstreamBreakerConfig::default())
 }
 
 /// The limiter over `store`, with the rule set from the database (the seeds'
@@ -265,9 +265,9 @@ fn worker_config(settings: &Settings) -> WorkerConfig {
 
 /// The ladder and breaker timings this instance delivers with; operations
 /// that build or reset a breaker use the same ones.
-pub fn delivery_timing(settings: &Settings) -> (LadderConfig, BreakerConfig) {
+pub fn delivery_timing(settings: &Settings) -> (LadderConfig, MerchantBreakerConfig) {
     match settings.delivery_timing {
-        DeliveryTiming::Product => (LadderConfig::default(), BreakerConfig::default()),
+        DeliveryTiming::Product => (LadderConfig::default(), MerchantBreakerConfig::default()),
         DeliveryTiming::Demo => crate::demo::demo_timing(),
     }
 }

@@ -314,7 +314,7 @@ mod tests {
             let mut state = LadderState::new(money, T0);
             let mut now = T0;
             for (outcome, gap) in outcomes.into_iter().zip(gaps) {
-                // Breaker deferrals may delay an attempt past its time.
+                // MerchantBreaker deferrals may delay an attempt past its time.
                 now = now + secs(gap);
                 match decide(&state, outcome, now, &cfg) {
                     Decision::Delivered => {

@@ -4,7 +4,7 @@
 //!
 //! Layout:
 //! - pure decisions, no IO and no clock: [`money`] (which events move money),
-//!   [`ladder`] (what happens after an attempt), [`breaker`] (the merchant
+//!   [`ladder`] (what happens after an attempt), [`merchant_breaker`] (the merchant
 //!   breaker's transitions), [`signing`] (headers and the receiver's verify
 //!   helper), [`ssrf`] (which addresses a request may reach);
 //! - IO: [`store`] (the repository over `Db`, PostgreSQL or SQLite),
@@ -24,7 +24,7 @@
 //! tables allow one delivery per (event, merchant) should fan-out to several
 //! merchants ever be needed.
 
-pub mod breaker;
+pub mod merchant_breaker;
 pub mod ladder;
 pub mod model;
 pub mod money;

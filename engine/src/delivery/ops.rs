@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Serialize;
 use sqlx::Row;
 
-use super::breaker::{self, Breaker, BreakerConfig};
+use super::merchant_breaker::{self, MerchantBreaker, MerchantBreakerConfig};
 use super::model::*;
 use super::row::{push_filter, Arg, Sql};
 use super::signing::{self, SigningError};
@@ -39,7 +39,7 @@ pub enum OpsError {
 
 /// Register a merchant with a closed breaker. The URL is checked now
 /// (scheme, literal addresses) and again at every connect.
-pub async fn create_merchant(store: &DeliveryStore, input: MerchantIn, ssrf: &SsrfPolicy, cfg: &BreakerConfig, now: Timestamp) -> Result<Merchant, OpsError> {
+pub async fn create_merchant(store: &DeliveryStore, input: MerchantIn, ssrf: &SsrfPolicy, cfg: &MerchantBreakerConfig, now: Timestamp) -> Result<Merchant, OpsError> {
     if input.name.trim().is_empty() {
         return Err(OpsError::EmptyName);
     }
@@ -57,7 +57,7 @@ pub async fn create_merchant(store: &DeliveryStore, input: MerchantIn, ssrf: &Ss
         created_at: now,
         updated_at: now,
     };
-    store.insert_merchant(&m, &Breaker::closed(m.id.clone(), now, cfg)).await?;
+    store.insert_merchant(&m, &MerchantBreaker::closed(m.id.clone(), now, cfg)).await?;
     Ok(m)
 }
 
@@ -189,10 +189,10 @@ pub async fn bulk_retry_after(
 }
 
 /// Close a merchant's breaker by hand and let its deferred queue drain.
-pub async fn reset_breaker(store: &DeliveryStore, merchant: &MerchantId, cfg: &BreakerConfig, now: Timestamp) -> Result<Change<Breaker>, OpsError> {
+pub async fn reset_breaker(store: &DeliveryStore, merchant: &MerchantId, cfg: &MerchantBreakerConfig, now: Timestamp) -> Result<Change<MerchantBreaker>, OpsError> {
     loop {
         let before = store.breaker(merchant).await?;
-        let after = breaker::reset(&before, now, cfg);
+        let after = merchant_breaker::reset(&before, now, cfg);
         if store.cas_breaker(&after).await? {
             store.drain_deferred(merchant, now).await?;
             return Ok(Change { before, after });

@@ -6,7 +6,7 @@
 use serde::Serialize;
 use sqlx::Row;
 
-use super::breaker::{Breaker, BreakerConfig, Window};
+use super::merchant_breaker::{MerchantBreaker, MerchantBreakerConfig, Window};
 use super::ladder::{self, LadderConfig, PlannedAttempt};
 use super::model::*;
 use super::row::{self, push_filter, Arg, Sql, ATTEMPT_COLS, BREAKER_COLS, DELIVERY_COLS, MERCHANT_COLS};
@@ -48,7 +48,7 @@ pub struct Timeline {
 }
 
 /// The timeline of `d`, given its merchant's breaker. Pure.
-pub fn timeline(d: &Delivery, breaker: &Breaker, cfg: &LadderConfig) -> Timeline {
+pub fn timeline(d: &Delivery, breaker: &MerchantBreaker, cfg: &LadderConfig) -> Timeline {
     let state = ladder_state(d);
     let (slow_ceiling_at, age_ceiling_at) = ladder::ceilings(&state, cfg);
     let upcoming = match d.status {
@@ -74,7 +74,7 @@ pub fn timeline(d: &Delivery, breaker: &Breaker, cfg: &LadderConfig) -> Timeline
 #[derive(Debug, Clone, Serialize)]
 pub struct MerchantOverview {
     pub merchant: Merchant,
-    pub breaker: Breaker,
+    pub breaker: MerchantBreaker,
     /// The breaker's sliding window right now (failure ratio).
     pub window: Window,
 }
@@ -160,7 +160,7 @@ impl DeliveryStore {
     }
 
     /// Every merchant with its breaker and current window, by name.
-    pub async fn list_merchants(&self, now: Timestamp, cfg: &BreakerConfig) -> Result<Vec<MerchantOverview>, StoreError> {
+    pub async fn list_merchants(&self, now: Timestamp, cfg: &MerchantBreakerConfig) -> Result<Vec<MerchantOverview>, StoreError> {
         let rows = sqlx::query(&format!("SELECT {MERCHANT_COLS} FROM merchants ORDER BY name, id")).fetch_all(self.db().pool()).await?;
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
@@ -173,7 +173,7 @@ impl DeliveryStore {
     }
 
     /// Breakers that are not closed (open or probing), for the Overview and Breakers pages.
-    pub async fn open_breakers(&self) -> Result<Vec<Breaker>, StoreError> {
+    pub async fn open_breakers(&self) -> Result<Vec<MerchantBreaker>, StoreError> {
         let rows = sqlx::query(&format!("SELECT {BREAKER_COLS} FROM merchant_breakers WHERE state <> 'closed' ORDER BY merchant_id"))
             .fetch_all(self.db().pool())
             .await?;

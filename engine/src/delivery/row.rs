@@ -7,7 +7,7 @@ use std::time::Duration;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::breaker::Breaker;
+use super::merchant_breaker::MerchantBreaker;
 use super::model::*;
 use crate::clock::Timestamp;
 
@@ -129,14 +129,14 @@ pub(crate) fn attempt(row: &AnyRow) -> Result<Attempt, sqlx::Error> {
     })
 }
 
-pub(crate) fn breaker(row: &AnyRow) -> Result<Breaker, sqlx::Error> {
+pub(crate) fn breaker(row: &AnyRow) -> Result<MerchantBreaker, sqlx::Error> {
     breaker_prefixed(row, "")
 }
 
 /// A breaker whose columns were selected as `{prefix}{column}`.
-pub(crate) fn breaker_prefixed(row: &AnyRow, p: &str) -> Result<Breaker, sqlx::Error> {
+pub(crate) fn breaker_prefixed(row: &AnyRow, p: &str) -> Result<MerchantBreaker, sqlx::Error> {
     let c = |name: &str| format!("{p}{name}");
-    Ok(Breaker {
+    Ok(MerchantBreaker {
         merchant_id: MerchantId::from_db(row.try_get(c("merchant_id").as_str())?),
         status: parsed(row, &c("state"))?,
         version: row.try_get(c("version").as_str())?,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sqlx::Row;
 
-use super::breaker::{Breaker, Window};
+use super::merchant_breaker::{MerchantBreaker, Window};
 use super::ladder::Decision;
 use super::model::*;
 use super::money::{event_status, is_money_event};
@@ -63,7 +63,7 @@ impl DeliveryStore {
         &self.db
     }
 
-    pub async fn insert_merchant(&self, m: &Merchant, breaker: &Breaker) -> Result<(), StoreError> {
+    pub async fn insert_merchant(&self, m: &Merchant, breaker: &MerchantBreaker) -> Result<(), StoreError> {
         let mut tx = self.db.pool().begin().await?;
         bind_merchant(sqlx::query(&format!("INSERT INTO merchants ({MERCHANT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")), m)
             .execute(&mut *tx)
@@ -192,7 +192,7 @@ impl DeliveryStore {
 
     /// A claimed delivery with its merchant, payload and the merchant's
     /// breaker as it is now: one round trip.
-    pub async fn job(&self, id: &DeliveryId) -> Result<(Job, Breaker), StoreError> {
+    pub async fn job(&self, id: &DeliveryId) -> Result<(Job, MerchantBreaker), StoreError> {
         let sql = format!(
             "SELECT {}, {}, {}, e.payload AS payload FROM deliveries d \
              JOIN merchants m ON m.id = d.merchant_id JOIN events e ON e.id = d.event_id \
@@ -321,7 +321,7 @@ impl DeliveryStore {
         Ok(done.rows_affected() == 1)
     }
 
-    pub async fn breaker(&self, merchant: &MerchantId) -> Result<Breaker, StoreError> {
+    pub async fn breaker(&self, merchant: &MerchantId) -> Result<MerchantBreaker, StoreError> {
         let row = sqlx::query(&format!("SELECT {BREAKER_COLS} FROM merchant_breakers WHERE merchant_id = $1"))
             .bind(merchant.as_str())
             .fetch_optional(self.db.pool())
@@ -332,7 +332,7 @@ impl DeliveryStore {
 
     /// Write `next` only if the row is still at `next.version - 1`. False
     /// when another instance moved it first: re-read and decide again.
-    pub async fn cas_breaker(&self, next: &Breaker) -> Result<bool, StoreError> {
+    pub async fn cas_breaker(&self, next: &MerchantBreaker) -> Result<bool, StoreError> {
         // Same column order as BREAKER_COLS, so one binder serves insert and update.
         let sql = "UPDATE merchant_breakers SET state = $2, version = $3, pause_ms = $4, failed_probes = $5, opened_at = $6, \
              next_probe_at = $7, probe_delivery_id = $8, probe_started_at = $9, counters_since = $10, updated_at = $11 \
@@ -387,7 +387,7 @@ fn bind_merchant<'q>(q: AnyQuery<'q>, m: &'q Merchant) -> AnyQuery<'q> {
 }
 
 /// Bind a breaker row's columns in `BREAKER_COLS` order.
-fn bind_breaker<'q>(q: AnyQuery<'q>, b: &'q Breaker) -> AnyQuery<'q> {
+fn bind_breaker<'q>(q: AnyQuery<'q>, b: &'q MerchantBreaker) -> AnyQuery<'q> {
     q.bind(b.merchant_id.as_str())
         .bind(b.status.as_str())
         .bind(b.version)

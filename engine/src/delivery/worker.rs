@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures::stream::{self, StreamExt};
 use reqwest::redirect::Policy;
 
-use super::breaker::{self, Admission, BreakerConfig};
+use super::merchant_breaker::{self, MerchantAdmission, MerchantBreakerConfig};
 use super::ladder::{self, LadderConfig, LadderState};
 use super::model::*;
 use super::signing;
@@ -41,7 +41,7 @@ pub struct WorkerConfig {
     /// Response bodies are kept up to this many bytes.
     pub max_response_bytes: usize,
     pub ladder: LadderConfig,
-    pub breaker: BreakerConfig,
+    pub breaker: MerchantBreakerConfig,
     pub ssrf: SsrfPolicy,
 }
 
@@ -56,7 +56,7 @@ impl Default for WorkerConfig {
             idle_poll: Duration::from_millis(500),
             max_response_bytes: 4096,
             ladder: LadderConfig::default(),
-            breaker: BreakerConfig::default(),
+            breaker: MerchantBreakerConfig::default(),
             ssrf: SsrfPolicy::strict(),
         }
     }
@@ -263,12 +263,12 @@ impl Worker {
 
     /// `Ok(is_probe)` when the delivery may be sent, `Err(until)` to defer it.
     /// `b` is the breaker as read with the job; re-read only after a lost CAS.
-    async fn admit(&self, job: &Job, mut b: breaker::Breaker, now: Timestamp) -> Result<Result<bool, Timestamp>, WorkerError> {
+    async fn admit(&self, job: &Job, mut b: merchant_breaker::MerchantBreaker, now: Timestamp) -> Result<Result<bool, Timestamp>, WorkerError> {
         loop {
-            match breaker::admit(&b, &job.delivery.id, now, &self.config.breaker) {
-                Admission::Send => return Ok(Ok(false)),
-                Admission::Defer { until } => return Ok(Err(until)),
-                Admission::Probe(next) => {
+            match merchant_breaker::admit(&b, &job.delivery.id, now, &self.config.breaker) {
+                MerchantAdmission::Send => return Ok(Ok(false)),
+                MerchantAdmission::Defer { until } => return Ok(Err(until)),
+                MerchantAdmission::Probe(next) => {
                     if self.store.cas_breaker(&next).await? {
                         return Ok(Ok(true));
                     }
@@ -282,7 +282,7 @@ impl Worker {
         loop {
             let b = self.store.breaker(merchant).await?;
             let window = self.store.window(merchant, b.window_start(now, &self.config.breaker)).await?;
-            let Some(next) = breaker::record(&b, id, outcome, window, now, &self.config.breaker) else {
+            let Some(next) = merchant_breaker::record(&b, id, outcome, window, now, &self.config.breaker) else {
                 return Ok(());
             };
             if self.store.cas_breaker(&next).await? {

@@ -19,7 +19,7 @@ use super::gate::{CallTarget, GatePermit, GateRefusal, QuotaGate};
 use super::outcome::{is_idempotent, NetworkFailure, Outcome};
 use super::policy::{draw_jitter, RateLimitFacts, RetryPolicy};
 use super::retry_after::retry_after_from_headers;
-use crate::breaker::{Admission, Breaker, BreakerError, BreakerKey};
+use crate::upstream_breaker::{UpstreamAdmission, UpstreamBreaker, BreakerError, BreakerKey};
 use crate::clock::{SharedClock, Timestamp};
 
 /// A response the executor can classify.
@@ -207,7 +207,7 @@ pub struct Completed<R> {
 /// upstream breaker.
 pub struct RetryExecutor {
     gate: Arc<dyn QuotaGate>,
-    breaker: Option<Breaker>,
+    breaker: Option<UpstreamBreaker>,
     policy: RetryPolicy,
     clock: SharedClock,
     rng: Mutex<Box<dyn RngCore + Send>>,
@@ -240,7 +240,7 @@ impl RetryExecutor {
         self
     }
 
-    pub fn with_breaker(mut self, breaker: Breaker) -> Self {
+    pub fn with_breaker(mut self, breaker: UpstreamBreaker) -> Self {
         self.breaker = Some(breaker);
         self
     }
@@ -287,13 +287,13 @@ impl RetryExecutor {
             let mut probing = false;
             if let (Some(breaker), Some(key)) = (&self.breaker, &breaker_key) {
                 match breaker.admit(key).await {
-                    Ok(Admission::Rejected { retry_at }) => {
+                    Ok(UpstreamAdmission::Rejected { retry_at }) => {
                         if let Err(e) = self.gate.record_breaker_refusal(target).await {
                             tracing::warn!(error = %e, "could not count a breaker refusal");
                         }
                         return Err(give_up(GiveUpReason::BreakerOpen { retry_at }, sent, last));
                     }
-                    Ok(admission) => probing = admission == Admission::Probe,
+                    Ok(admission) => probing = admission == UpstreamAdmission::Probe,
                     Err(e) => return Err(give_up(e.into(), sent, last)),
                 }
             }

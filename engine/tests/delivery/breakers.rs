@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice_engine::delivery::breaker::BreakerConfig;
+use sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig;
 use sluice_engine::delivery::ops::reset_breaker;
 use sluice_engine::delivery::*;
 
@@ -17,7 +17,7 @@ contract!(
 );
 
 fn breaker_config() -> WorkerConfig {
-    WorkerConfig { breaker: BreakerConfig::default(), ..test_config("w1") }
+    WorkerConfig { breaker: MerchantBreakerConfig::default(), ..test_config("w1") }
 }
 
 async fn five_failures(h: &Harness) -> Vec<DeliveryId> {
@@ -29,7 +29,7 @@ async fn five_failures(h: &Harness) -> Vec<DeliveryId> {
     ids
 }
 
-async fn breaker(h: &Harness) -> breaker::Breaker {
+async fn breaker(h: &Harness) -> merchant_breaker::MerchantBreaker {
     h.store.breaker(&h.merchant.id).await.expect("breaker")
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use sluice_engine::clock::{ManualClock, SharedClock, Timestamp};
 use sluice_engine::db::testing::TestDb;
-use sluice_engine::delivery::breaker::BreakerConfig;
+use sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig;
 use sluice_engine::delivery::ops::create_merchant;
 use sluice_engine::delivery::queries::DeliveryDetail;
 use sluice_engine::delivery::ssrf::SsrfPolicy;
@@ -53,7 +53,7 @@ pub fn test_config(name: &str) -> WorkerConfig {
         instance_id: name.to_owned(),
         request_timeout: Duration::from_secs(5),
         ssrf: SsrfPolicy::allowing(&["127.0.0.0/8", "::1/128"]).expect("allow-list"),
-        breaker: BreakerConfig { min_attempts: u32::MAX, ..BreakerConfig::default() },
+        breaker: MerchantBreakerConfig { min_attempts: u32::MAX, ..MerchantBreakerConfig::default() },
         ..WorkerConfig::default()
     }
 }

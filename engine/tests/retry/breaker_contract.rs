@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_engine::breaker::memory::MemoryBreakerStore;
-use sluice_engine::breaker::redis::RedisBreakerStore;
-use sluice_engine::breaker::{Admission, Breaker, BreakerConfig, BreakerKey, Phase};
+use sluice_engine::upstream_breaker::memory::MemoryBreakerStore;
+use sluice_engine::upstream_breaker::redis::RedisBreakerStore;
+use sluice_engine::upstream_breaker::{UpstreamAdmission, UpstreamBreaker, UpstreamBreakerConfig, BreakerKey, Phase};
 use sluice_engine::clock::{Clock, ManualClock, SharedClock, Timestamp};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
@@ -29,62 +29,62 @@ fn key() -> BreakerKey {
     BreakerKey::new(Some("seller-1"), "marketplace").expect("key")
 }
 
-async fn fail(b: &Breaker, key: &BreakerKey, n: usize) {
+async fn fail(b: &UpstreamBreaker, key: &BreakerKey, n: usize) {
     for _ in 0..n {
         b.record(key, true).await.expect("record");
     }
 }
 
-async fn five_consecutive_failures_open_the_breaker(b: Breaker, clock: Arc<ManualClock>) {
+async fn five_consecutive_failures_open_the_breaker(b: UpstreamBreaker, clock: Arc<ManualClock>) {
     let k = key();
     fail(&b, &k, 4).await;
-    assert_eq!(b.admit(&k).await.expect("admit"), Admission::Allowed);
+    assert_eq!(b.admit(&k).await.expect("admit"), UpstreamAdmission::Allowed);
     b.record(&k, false).await.expect("record");
     fail(&b, &k, 4).await;
-    assert_eq!(b.admit(&k).await.expect("admit"), Admission::Allowed, "a success reset the count");
+    assert_eq!(b.admit(&k).await.expect("admit"), UpstreamAdmission::Allowed, "a success reset the count");
     fail(&b, &k, 1).await;
     let opened = clock.now();
-    assert_eq!(b.admit(&k).await.expect("admit"), Admission::Rejected { retry_at: opened + SECS(30) });
+    assert_eq!(b.admit(&k).await.expect("admit"), UpstreamAdmission::Rejected { retry_at: opened + SECS(30) });
 }
 
-async fn an_open_breaker_lets_one_probe_through_after_thirty_seconds(b: Breaker, clock: Arc<ManualClock>) {
+async fn an_open_breaker_lets_one_probe_through_after_thirty_seconds(b: UpstreamBreaker, clock: Arc<ManualClock>) {
     let k = key();
     fail(&b, &k, 5).await;
     clock.advance(SECS(29));
     assert!(!b.admit(&k).await.expect("admit").is_allowed());
     clock.advance(SECS(1));
-    assert_eq!(b.admit(&k).await.expect("admit"), Admission::Probe);
+    assert_eq!(b.admit(&k).await.expect("admit"), UpstreamAdmission::Probe);
     assert!(!b.admit(&k).await.expect("admit").is_allowed(), "one probe at a time");
 }
 
-async fn three_successful_probes_close_the_breaker(b: Breaker, clock: Arc<ManualClock>) {
+async fn three_successful_probes_close_the_breaker(b: UpstreamBreaker, clock: Arc<ManualClock>) {
     let k = key();
     fail(&b, &k, 5).await;
     clock.advance(SECS(30));
     for _ in 0..3 {
-        assert_eq!(b.admit(&k).await.expect("admit"), Admission::Probe);
+        assert_eq!(b.admit(&k).await.expect("admit"), UpstreamAdmission::Probe);
         b.record(&k, false).await.expect("record");
     }
-    assert_eq!(b.admit(&k).await.expect("admit"), Admission::Allowed);
+    assert_eq!(b.admit(&k).await.expect("admit"), UpstreamAdmission::Allowed);
     let view = &b.list().await.expect("list")[0];
     assert_eq!((view.phase, view.consecutive_failures, view.trips), (Phase::Closed, 0, 1));
 }
 
-async fn a_failed_probe_opens_the_breaker_again(b: Breaker, clock: Arc<ManualClock>) {
+async fn a_failed_probe_opens_the_breaker_again(b: UpstreamBreaker, clock: Arc<ManualClock>) {
     let k = key();
     fail(&b, &k, 5).await;
     clock.advance(SECS(30));
-    assert_eq!(b.admit(&k).await.expect("admit"), Admission::Probe);
+    assert_eq!(b.admit(&k).await.expect("admit"), UpstreamAdmission::Probe);
     b.record(&k, false).await.expect("record");
-    assert_eq!(b.admit(&k).await.expect("admit"), Admission::Probe);
+    assert_eq!(b.admit(&k).await.expect("admit"), UpstreamAdmission::Probe);
     b.record(&k, true).await.expect("record");
     let reopened = clock.now();
-    assert_eq!(b.admit(&k).await.expect("admit"), Admission::Rejected { retry_at: reopened + SECS(30) });
+    assert_eq!(b.admit(&k).await.expect("admit"), UpstreamAdmission::Rejected { retry_at: reopened + SECS(30) });
     let view = &b.list().await.expect("list")[0];
     assert_eq!((view.phase, view.trips, view.next_probe_at), (Phase::Open, 2, Some(reopened + SECS(30))));
 }
 
-async fn breakers_are_listed_with_what_the_ui_shows(b: Breaker, clock: Arc<ManualClock>) {
+async fn breakers_are_listed_with_what_the_ui_shows(b: UpstreamBreaker, clock: Arc<ManualClock>) {
     let wb = BreakerKey::new(Some("seller-2"), "content").expect("key");
     let global = BreakerKey::new(None, "pricing").expect("key");
     fail(&b, &key(), 5).await;
@@ -105,17 +105,17 @@ async fn breakers_are_listed_with_what_the_ui_shows(b: Breaker, clock: Arc<Manua
     assert_eq!((views[1].opened_at, views[1].next_probe_at, views[1].trips), (Some(opened), Some(opened + SECS(30)), 1));
 }
 
-async fn a_reset_closes_the_breaker(b: Breaker, _clock: Arc<ManualClock>) {
+async fn a_reset_closes_the_breaker(b: UpstreamBreaker, _clock: Arc<ManualClock>) {
     let k = key();
     fail(&b, &k, 5).await;
     b.reset(&k).await.expect("reset");
-    assert_eq!(b.admit(&k).await.expect("admit"), Admission::Allowed);
+    assert_eq!(b.admit(&k).await.expect("admit"), UpstreamAdmission::Allowed);
     assert!(b.list().await.expect("list").is_empty());
 }
 
-async fn concurrent_reports_are_all_counted(b: Breaker, _clock: Arc<ManualClock>) {
-    let config = BreakerConfig { failure_threshold: 1_000, ..BreakerConfig::default() };
-    let b = Breaker::new_like(&b, config);
+async fn concurrent_reports_are_all_counted(b: UpstreamBreaker, _clock: Arc<ManualClock>) {
+    let config = UpstreamBreakerConfig { failure_threshold: 1_000, ..UpstreamBreakerConfig::default() };
+    let b = UpstreamBreaker::new_like(&b, config);
     let k = key();
     let tasks: Vec<_> = (0..20)
         .map(|_| {
@@ -138,7 +138,7 @@ macro_rules! contract {
                 async fn $name() {
                     let clock = Arc::new(ManualClock::at_test_epoch());
                     let store = MemoryBreakerStore::new(clock.clone() as SharedClock);
-                    super::$name(Breaker::new(Arc::new(store), BreakerConfig::default()), clock).await;
+                    super::$name(UpstreamBreaker::new(Arc::new(store), UpstreamBreakerConfig::default()), clock).await;
                 }
             )*
         }
@@ -150,7 +150,7 @@ macro_rules! contract {
                     let clock = Arc::new(ManualClock::at_test_epoch());
                     let store = RedisBreakerStore::new(redis_conn().await, test_prefix())
                         .with_clock(clock.clone() as SharedClock);
-                    super::$name(Breaker::new(Arc::new(store), BreakerConfig::default()), clock).await;
+                    super::$name(UpstreamBreaker::new(Arc::new(store), UpstreamBreakerConfig::default()), clock).await;
                 }
             )*
         }
@@ -171,7 +171,7 @@ contract!(
 async fn redis_breakers_use_redis_time_and_hash_tagged_keys_with_a_ttl() {
     let prefix = test_prefix();
     let mut conn = redis_conn().await;
-    let b = Breaker::new(Arc::new(RedisBreakerStore::new(conn.clone(), prefix.clone())), BreakerConfig::default());
+    let b = UpstreamBreaker::new(Arc::new(RedisBreakerStore::new(conn.clone(), prefix.clone())), UpstreamBreakerConfig::default());
     let before = Timestamp::from_system_time(std::time::SystemTime::now());
     fail(&b, &key(), 5).await;
     let view = &b.list().await.expect("list")[0];

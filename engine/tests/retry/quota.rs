@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use sluice_engine::breaker::memory::MemoryBreakerStore;
-use sluice_engine::breaker::{Breaker, BreakerConfig};
+use sluice_engine::upstream_breaker::memory::MemoryBreakerStore;
+use sluice_engine::upstream_breaker::{UpstreamBreaker, UpstreamBreakerConfig};
 use sluice_engine::clock::{ManualClock, SharedClock};
 use sluice_engine::quota::limiter::{bucket_key, LimiterConfig};
 use sluice_engine::quota::{BucketStats, Limit, Limiter, MemoryStore, RedisSettings, RedisStore, RefusalReason, Rule, RuleRegistry};
@@ -108,7 +108,7 @@ async fn a_retry_after_beyond_the_ceiling_pauses_the_ceiling_then_gives_up_on_it
 async fn a_call_refused_by_an_open_breaker_is_counted_on_the_quota_dashboard() {
     let (base, hits) = spawn_marketplace().await;
     let q = memory_quota(vtex_pricing());
-    let breaker = Breaker::new(Arc::new(MemoryBreakerStore::new(q.clock.clone() as SharedClock)), BreakerConfig::default());
+    let breaker = UpstreamBreaker::new(Arc::new(MemoryBreakerStore::new(q.clock.clone() as SharedClock)), UpstreamBreakerConfig::default());
     let one_shot = RetryPolicy::new(1, Duration::from_millis(500), Duration::from_secs(60)).expect("valid");
     let client = client_with(q.executor().with_policy(one_shot).with_breaker(breaker));
     for _ in 0..5 {

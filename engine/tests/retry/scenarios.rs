@@ -8,8 +8,8 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use sluice_engine::breaker::memory::MemoryBreakerStore;
-use sluice_engine::breaker::{Breaker, BreakerConfig, BreakerError, BreakerKey, Phase};
+use sluice_engine::upstream_breaker::memory::MemoryBreakerStore;
+use sluice_engine::upstream_breaker::{UpstreamBreaker, UpstreamBreakerConfig, BreakerError, BreakerKey, Phase};
 use sluice_engine::clock::{Clock, ManualClock, SharedClock};
 use sluice_engine::retry::policy::draw_jitter;
 use sluice_engine::retry::{
@@ -243,7 +243,7 @@ async fn a_refused_permit_gives_up_with_the_limiters_reason() {
 async fn an_open_breaker_stops_calls_before_they_spend_quota_and_probes_close_it() {
     let clock = Arc::new(ManualClock::at_test_epoch());
     let gate = Arc::new(vtex_pricing_gate());
-    let breaker = Breaker::new(Arc::new(MemoryBreakerStore::new(clock.clone())), BreakerConfig::default());
+    let breaker = UpstreamBreaker::new(Arc::new(MemoryBreakerStore::new(clock.clone())), UpstreamBreakerConfig::default());
     let one_shot = RetryPolicy::new(1, MS(500), Duration::from_secs(60)).expect("valid");
     let executor = RetryExecutor::new(gate.clone(), clock.clone() as SharedClock)
         .with_policy(one_shot)
@@ -277,7 +277,7 @@ async fn an_open_breaker_stops_calls_before_they_spend_quota_and_probes_close_it
 #[tokio::test]
 async fn rate_limits_and_client_errors_do_not_count_against_the_breaker() {
     let clock = Arc::new(ManualClock::at_test_epoch());
-    let breaker = Breaker::new(Arc::new(MemoryBreakerStore::new(clock.clone())), BreakerConfig::default());
+    let breaker = UpstreamBreaker::new(Arc::new(MemoryBreakerStore::new(clock.clone())), UpstreamBreakerConfig::default());
     let one_shot = RetryPolicy::new(1, MS(500), Duration::from_secs(60)).expect("valid");
     let executor = RetryExecutor::new(Arc::new(vtex_pricing_gate()), clock.clone() as SharedClock)
         .with_policy(one_shot)
@@ -296,7 +296,7 @@ async fn rate_limits_and_client_errors_do_not_count_against_the_breaker() {
 async fn a_probe_that_gets_no_permit_does_not_block_the_next_probe() {
     let clock = Arc::new(ManualClock::at_test_epoch());
     let gate = Arc::new(vtex_pricing_gate().refusing_at(6, || GateRefusal::ConcurrencyLimit { retry_after: None }));
-    let breaker = Breaker::new(Arc::new(MemoryBreakerStore::new(clock.clone())), BreakerConfig::default());
+    let breaker = UpstreamBreaker::new(Arc::new(MemoryBreakerStore::new(clock.clone())), UpstreamBreakerConfig::default());
     let one_shot = RetryPolicy::new(1, MS(500), Duration::from_secs(60)).expect("valid");
     let executor = RetryExecutor::new(gate.clone(), clock.clone() as SharedClock)
         .with_policy(one_shot)
@@ -318,22 +318,22 @@ async fn a_probe_that_gets_no_permit_does_not_block_the_next_probe() {
 struct DownStore;
 
 #[async_trait::async_trait]
-impl sluice_engine::breaker::BreakerStore for DownStore {
-    async fn load(&self, _key: &BreakerKey) -> Result<sluice_engine::breaker::Loaded, BreakerError> {
+impl sluice_engine::upstream_breaker::BreakerStore for DownStore {
+    async fn load(&self, _key: &BreakerKey) -> Result<sluice_engine::upstream_breaker::Loaded, BreakerError> {
         Err(BreakerError::Store(Box::new(std::io::Error::other("connection refused"))))
     }
     async fn compare_and_set(
         &self,
         _key: &BreakerKey,
         _version: u64,
-        _state: &sluice_engine::breaker::BreakerState,
+        _state: &sluice_engine::upstream_breaker::BreakerState,
         _ttl: Duration,
     ) -> Result<bool, BreakerError> {
         Err(BreakerError::Store(Box::new(std::io::Error::other("connection refused"))))
     }
     async fn list(
         &self,
-    ) -> Result<(Vec<(BreakerKey, sluice_engine::breaker::BreakerState)>, sluice_engine::clock::Timestamp), BreakerError>
+    ) -> Result<(Vec<(BreakerKey, sluice_engine::upstream_breaker::BreakerState)>, sluice_engine::clock::Timestamp), BreakerError>
     {
         Err(BreakerError::Store(Box::new(std::io::Error::other("connection refused"))))
     }
@@ -347,7 +347,7 @@ async fn a_breaker_store_that_is_down_fails_the_call_closed_before_sending() {
     let clock = Arc::new(ManualClock::at_test_epoch());
     let gate = Arc::new(vtex_pricing_gate());
     let executor = RetryExecutor::new(gate.clone(), clock.clone() as SharedClock)
-        .with_breaker(Breaker::new(Arc::new(DownStore), BreakerConfig::default()));
+        .with_breaker(UpstreamBreaker::new(Arc::new(DownStore), UpstreamBreakerConfig::default()));
     let (script, send) = upstream(vec![status(200)]);
     let err = executor.run(&get(), send).await.expect_err("fails closed");
     assert_eq!((err.reason.code(), err.attempts), ("store_unavailable", 0));

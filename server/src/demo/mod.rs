@@ -27,7 +27,7 @@ use anyhow::Context;
 use sluice_engine::audit::{self, AuditEntry};
 use sluice_engine::clock::Timestamp;
 use sluice_engine::db::Db;
-use sluice_engine::delivery::breaker::BreakerConfig;
+use sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig;
 use sluice_engine::delivery::ladder::LadderConfig;
 use sluice_engine::users::{self, Role, UserError};
 use tokio::task::JoinSet;
@@ -49,19 +49,19 @@ pub const DEMO_USER: &str = "demo";
 /// - slow ladder ÷ 60: 15 s, 1 min, 4 min, 12 min, 24 min, ceiling 48 min;
 /// - breaker: first pause 20 s (doubling to at most 2 min), deferrals
 ///   re-checked every 5 s; window and thresholds unchanged.
-pub fn demo_timing() -> (LadderConfig, BreakerConfig) {
+pub fn demo_timing() -> (LadderConfig, MerchantBreakerConfig) {
     let product = LadderConfig::default();
     let ladder = LadderConfig {
         slow_pauses: product.slow_pauses.iter().map(|p| *p / 60).collect(),
         slow_ceiling: product.slow_ceiling / 60,
         ..product
     };
-    let breaker = BreakerConfig {
+    let breaker = MerchantBreakerConfig {
         base_pause: Duration::from_secs(20),
         max_pause: Duration::from_secs(120),
         defer: Duration::from_secs(5),
         probe_lease: Duration::from_secs(20),
-        ..BreakerConfig::default()
+        ..MerchantBreakerConfig::default()
     };
     (ladder, breaker)
 }

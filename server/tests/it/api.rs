@@ -5,7 +5,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use sluice_engine::tokens::{create_token, revoke_token, ApiScope};
 use sluice_engine::clock::Timestamp;
-use sluice_engine::delivery::breaker::BreakerConfig;
+use sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig;
 use sluice_engine::delivery::model::{MerchantIn, SigningScheme};
 use sluice_engine::delivery::ops::create_merchant;
 use sluice_engine::delivery::ssrf::SsrfPolicy;
@@ -272,7 +272,7 @@ async fn rate_limit_headers_with_nothing_remaining_block_the_bucket() {
 pub(crate) async fn merchant(api: &Api) -> String {
     let input = MerchantIn { name: "Shop".into(), url: "https://merchant.example/hook".into(), scheme: SigningScheme::Sluice, secret: None };
     let store = DeliveryStore::new(api.app.db.db());
-    let m = create_merchant(&store, input, &SsrfPolicy::strict(), &BreakerConfig::default(), NOW).await.expect("merchant");
+    let m = create_merchant(&store, input, &SsrfPolicy::strict(), &MerchantBreakerConfig::default(), NOW).await.expect("merchant");
     m.id.as_str().to_owned()
 }
 

@@ -229,7 +229,7 @@ async fn an_admin_resets_an_open_breaker_and_the_reset_is_audited() {
     let store = DeliveryStore::new(api.app.db.db());
     let closed = store.breaker(&merchant_id).await.expect("breaker");
     let now = closed.updated_at;
-    let open = sluice_engine::delivery::breaker::Breaker {
+    let open = sluice_engine::delivery::merchant_breaker::MerchantBreaker {
         status: BreakerStatus::Open,
         version: closed.version + 1,
         opened_at: Some(now),

@@ -10,10 +10,10 @@ use std::time::Duration;
 use axum::http::StatusCode as AxumStatus;
 use serde_json::Value;
 use sluice_engine::audit;
-use sluice_engine::breaker::redis::RedisBreakerStore;
-use sluice_engine::breaker::{Breaker as UpstreamBreaker, BreakerConfig as UpstreamConfig, BreakerKey};
+use sluice_engine::upstream_breaker::redis::RedisBreakerStore;
+use sluice_engine::upstream_breaker::{BreakerKey, UpstreamBreaker, UpstreamBreakerConfig};
 use sluice_engine::clock::{Clock, ManualClock, SharedClock, SystemClock};
-use sluice_engine::delivery::breaker::BreakerConfig;
+use sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig;
 use sluice_engine::delivery::model::{BreakerStatus, DeliveryFilter, DeliveryId, DeliveryStatus, EventIn, Merchant, MerchantIn, SigningScheme};
 use sluice_engine::delivery::ops;
 use sluice_engine::delivery::ssrf::SsrfPolicy;
@@ -70,7 +70,7 @@ impl World {
 
     async fn merchant(&self, name: &str, url: &str) -> Merchant {
         let input = MerchantIn { name: name.into(), url: url.into(), scheme: SigningScheme::Sluice, secret: None };
-        ops::create_merchant(&self.store, input, &loopback(), &BreakerConfig::default(), self.clock.now()).await.expect("merchant")
+        ops::create_merchant(&self.store, input, &loopback(), &MerchantBreakerConfig::default(), self.clock.now()).await.expect("merchant")
     }
 
     async fn event(&self, m: &Merchant, event_type: &str, status: &str) -> DeliveryId {
@@ -339,7 +339,7 @@ async fn a_breaker_reset_needs_a_reason_and_writes_it_to_the_audit_log() {
 
     // Upstream breakers live in Redis under the deployment's prefix.
     let conn = redis::Client::open(test_redis_url()).expect("client").get_connection_manager().await.expect("redis");
-    let upstream = UpstreamBreaker::new(Arc::new(RedisBreakerStore::new(conn, prefix.clone())), UpstreamConfig::default());
+    let upstream = UpstreamBreaker::new(Arc::new(RedisBreakerStore::new(conn, prefix.clone())), UpstreamBreakerConfig::default());
     let key = BreakerKey::new(Some("acme"), "orders").expect("key");
     for _ in 0..5 {
         upstream.record(&key, true).await.expect("record");
@@ -349,7 +349,7 @@ async fn a_breaker_reset_needs_a_reason_and_writes_it_to_the_audit_log() {
     let done = w.app.call(&support, "/ui/breakers/reset_upstream", &[("account", "acme"), ("scope", "orders"), ("reason", "upstream recovered")]).await;
     assert_eq!(done.status(), 200);
     let listed = upstream.list().await.expect("list");
-    assert!(listed.iter().all(|b| b.account != "acme" || b.phase == sluice_engine::breaker::Phase::Closed));
+    assert!(listed.iter().all(|b| b.account != "acme" || b.phase == sluice_engine::upstream_breaker::Phase::Closed));
     let rows = audit::recent(&w.app.db.db(), &["upstream_breaker.reset"], 10).await.expect("audit");
     assert_eq!((rows.len(), rows[0].reason.as_deref()), (1, Some("upstream recovered")));
 }

@@ -4,7 +4,7 @@
 use sluice::demo::{demo_timing, ensure_demo_login, DEMO_USER};
 use sluice_engine::clock::{Clock, SystemClock};
 use sluice_engine::db::testing::TestDb;
-use sluice_engine::delivery::breaker::BreakerConfig;
+use sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig;
 use sluice_engine::delivery::ladder::LadderConfig;
 use sluice_engine::users::{self, Role};
 
@@ -37,7 +37,7 @@ async fn a_demoted_demo_user_is_an_admin_again_at_the_next_start() {
 #[test]
 fn demo_timings_keep_the_ladders_shape_and_show_every_step_within_minutes() {
     let (ladder, breaker) = demo_timing();
-    let (product_ladder, product_breaker) = (LadderConfig::default(), BreakerConfig::default());
+    let (product_ladder, product_breaker) = (LadderConfig::default(), MerchantBreakerConfig::default());
     // Same shape: attempts, fast ladder, number of slow steps, breaker thresholds.
     assert_eq!(ladder.fast_attempts, product_ladder.fast_attempts);
     assert_eq!(ladder.fast_base, product_ladder.fast_base);

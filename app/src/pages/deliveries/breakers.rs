@@ -157,7 +157,7 @@ pub async fn reset_merchant_breaker(merchant_id: String, reason: String) -> Resu
 /// Close an upstream breaker by hand (support+).
 #[server(prefix = "/ui", endpoint = "breakers/reset_upstream")]
 pub async fn reset_upstream_breaker(account: String, scope: String, reason: String) -> Result<(), ServerFnError> {
-    use sluice_engine::breaker::BreakerKey;
+    use sluice_engine::upstream_breaker::BreakerKey;
     let me = crate::ssr::auth::require(Role::Support).await?;
     let ctx = crate::ssr::context()?;
     let reason = reason_or_refuse(&reason)?;
@@ -168,8 +168,8 @@ pub async fn reset_upstream_breaker(account: String, scope: String, reason: Stri
     let list = ctx.upstream_breakers.list().await.map_err(|e| crate::ssr::internal("reading upstream breakers", e))?;
     let before = list.into_iter().find(|b| b.account == key.account() && b.scope == key.scope());
     ctx.upstream_breakers.reset(&key).await.map_err(|e| crate::ssr::internal("resetting the upstream breaker", e))?;
-    let after = before.as_ref().map(|b| sluice_engine::breaker::BreakerView {
-        phase: sluice_engine::breaker::Phase::Closed,
+    let after = before.as_ref().map(|b| sluice_engine::upstream_breaker::BreakerView {
+        phase: sluice_engine::upstream_breaker::Phase::Closed,
         consecutive_failures: 0,
         opened_at: None,
         next_probe_at: None,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use sluice_engine::clock::Timestamp;
 use sluice_engine::delivery::model::{Attempt, Cursor, Delivery, DeliveryFilter, DeliveryId, MerchantId};
 use sluice_engine::delivery::queries::MAX_PAGE;
-use sluice_engine::delivery::breaker::Breaker;
+use sluice_engine::delivery::merchant_breaker::MerchantBreaker;
 use sluice_engine::delivery::StoreError;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -35,7 +35,7 @@ pub struct DeliveryOut {
 pub struct BreakersOut {
     /// Merchant breakers that are not closed.
     #[schema(value_type = Vec<Object>)]
-    pub breakers: Vec<Breaker>,
+    pub breakers: Vec<MerchantBreaker>,
 }
 
 #[utoipa::path(get, path = "/api/v1/deliveries/{id}", tag = "webhooks",

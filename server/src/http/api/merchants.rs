@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use sluice_engine::audit::{record, AuditEntry};
-use sluice_engine::delivery::breaker::Breaker;
+use sluice_engine::delivery::merchant_breaker::MerchantBreaker;
 use sluice_engine::delivery::model::{Merchant, MerchantId, MerchantIn as EngineMerchantIn, SigningScheme};
 use sluice_engine::delivery::ops::{self, OpsError};
 use sluice_engine::delivery::StoreError;
@@ -68,7 +68,7 @@ pub struct MerchantOut {
     #[schema(value_type = Object)]
     pub merchant: Merchant,
     #[schema(value_type = Object)]
-    pub breaker: Breaker,
+    pub breaker: MerchantBreaker,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -88,7 +88,7 @@ pub struct MerchantSecretOut {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct BreakerOut {
     #[schema(value_type = Object)]
-    pub breaker: Breaker,
+    pub breaker: MerchantBreaker,
 }
 
 fn ops_error(e: OpsError) -> ApiError {

@@ -3,7 +3,7 @@
 //!
 //! The transitions are pure ([`decision::decide`], [`decision::record`]); a
 //! store only loads a state (with the store's own clock reading and a version)
-//! and writes it back if nobody wrote in between. [`Breaker`] runs that
+//! and writes it back if nobody wrote in between. [`UpstreamBreaker`] runs that
 //! load → decide → compare-and-set loop, so the memory and Redis backends
 //! cannot disagree on the logic.
 //!
@@ -23,7 +23,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::clock::Timestamp;
-pub use decision::{Admission, BreakerConfig, BreakerState, Phase};
+pub use decision::{UpstreamAdmission, UpstreamBreakerConfig, BreakerState, Phase};
 
 /// Which breaker: an account's calls to one API scope.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -88,7 +88,7 @@ pub enum BreakerError {
 }
 
 /// Where breaker states live. Implementations only load and conditionally
-/// store; all decisions are made by [`Breaker`].
+/// store; all decisions are made by [`UpstreamBreaker`].
 #[async_trait::async_trait]
 pub trait BreakerStore: Send + Sync + fmt::Debug {
     /// The current state (a fresh closed one if absent), its version (0 if
@@ -128,9 +128,9 @@ pub struct BreakerView {
 
 /// The upstream breakers of one deployment: a store and the thresholds.
 #[derive(Debug, Clone)]
-pub struct Breaker {
+pub struct UpstreamBreaker {
     store: Arc<dyn BreakerStore>,
-    config: BreakerConfig,
+    config: UpstreamBreakerConfig,
 }
 
 /// How often `admit` / `record` reload after losing a compare-and-set race.
@@ -138,22 +138,22 @@ pub struct Breaker {
 /// within N rounds; this allows for dozens of workers failing at once.
 const CAS_ATTEMPTS: u32 = 64;
 
-impl Breaker {
-    pub fn new(store: Arc<dyn BreakerStore>, config: BreakerConfig) -> Self {
-        Breaker { store, config }
+impl UpstreamBreaker {
+    pub fn new(store: Arc<dyn BreakerStore>, config: UpstreamBreakerConfig) -> Self {
+        UpstreamBreaker { store, config }
     }
 
     /// The same store with other thresholds.
-    pub fn new_like(other: &Breaker, config: BreakerConfig) -> Self {
-        Breaker { store: other.store.clone(), config }
+    pub fn new_like(other: &UpstreamBreaker, config: UpstreamBreakerConfig) -> Self {
+        UpstreamBreaker { store: other.store.clone(), config }
     }
 
-    pub fn config(&self) -> &BreakerConfig {
+    pub fn config(&self) -> &UpstreamBreakerConfig {
         &self.config
     }
 
     /// May a call to `key` go out now?
-    pub async fn admit(&self, key: &BreakerKey) -> Result<Admission, BreakerError> {
+    pub async fn admit(&self, key: &BreakerKey) -> Result<UpstreamAdmission, BreakerError> {
         self.update(key, decision::decide).await
     }
 
@@ -166,7 +166,7 @@ impl Breaker {
         .await
     }
 
-    /// A probe admitted by [`Breaker::admit`] was never sent.
+    /// A probe admitted by [`UpstreamBreaker::admit`] was never sent.
     pub async fn abandon_probe(&self, key: &BreakerKey) -> Result<(), BreakerError> {
         self.update(key, |state, _now, _config| ((), decision::abandon_probe(state))).await
     }
@@ -198,7 +198,7 @@ impl Breaker {
     async fn update<T>(
         &self,
         key: &BreakerKey,
-        step: impl Fn(&BreakerState, Timestamp, &BreakerConfig) -> (T, BreakerState),
+        step: impl Fn(&BreakerState, Timestamp, &UpstreamBreakerConfig) -> (T, BreakerState),
     ) -> Result<T, BreakerError> {
         for _ in 0..CAS_ATTEMPTS {
             let loaded = self.store.load(key).await?;

@@ -21,7 +21,7 @@ use crate::clock::Timestamp;
 /// Thresholds of the upstream breaker (seed 004 defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct BreakerConfig {
+pub struct UpstreamBreakerConfig {
     /// Consecutive failures that open the breaker.
     pub failure_threshold: u32,
     /// How long an open breaker refuses calls before it lets a probe through.
@@ -38,9 +38,9 @@ pub struct BreakerConfig {
     pub key_ttl: Duration,
 }
 
-impl Default for BreakerConfig {
+impl Default for UpstreamBreakerConfig {
     fn default() -> Self {
-        BreakerConfig {
+        UpstreamBreakerConfig {
             failure_threshold: 5,
             probe_after: Duration::from_secs(30),
             probes_to_close: 3,
@@ -114,7 +114,7 @@ pub struct BreakerState {
 
 /// What the breaker says to a caller about to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
+pub enum UpstreamAdmission {
     /// Closed: go ahead.
     Allowed,
     /// Half-open: go ahead, this call is the probe.
@@ -123,18 +123,18 @@ pub enum Admission {
     Rejected { retry_at: Timestamp },
 }
 
-impl Admission {
+impl UpstreamAdmission {
     pub fn is_allowed(self) -> bool {
-        !matches!(self, Admission::Rejected { .. })
+        !matches!(self, UpstreamAdmission::Rejected { .. })
     }
 }
 
 /// A caller asks to send: the answer and the state to store.
-pub fn decide(state: &BreakerState, now: Timestamp, config: &BreakerConfig) -> (Admission, BreakerState) {
+pub fn decide(state: &BreakerState, now: Timestamp, config: &UpstreamBreakerConfig) -> (UpstreamAdmission, BreakerState) {
     match state.phase {
-        Phase::Closed => (Admission::Allowed, *state),
+        Phase::Closed => (UpstreamAdmission::Allowed, *state),
         Phase::Open => match state.next_probe_at {
-            Some(at) if now < at => (Admission::Rejected { retry_at: at }, *state),
+            Some(at) if now < at => (UpstreamAdmission::Rejected { retry_at: at }, *state),
             _ => {
                 let next = BreakerState {
                     phase: Phase::HalfOpen,
@@ -142,18 +142,18 @@ pub fn decide(state: &BreakerState, now: Timestamp, config: &BreakerConfig) -> (
                     probe_until: Some(now + config.probe_lease),
                     ..*state
                 };
-                (Admission::Probe, next)
+                (UpstreamAdmission::Probe, next)
             }
         },
         Phase::HalfOpen => match state.probe_until {
-            Some(until) if now < until => (Admission::Rejected { retry_at: until }, *state),
-            _ => (Admission::Probe, BreakerState { probe_until: Some(now + config.probe_lease), ..*state }),
+            Some(until) if now < until => (UpstreamAdmission::Rejected { retry_at: until }, *state),
+            _ => (UpstreamAdmission::Probe, BreakerState { probe_until: Some(now + config.probe_lease), ..*state }),
         },
     }
 }
 
 /// A call finished: `failed` is true for a 5xx, timeout or network error.
-pub fn record(state: &BreakerState, failed: bool, now: Timestamp, config: &BreakerConfig) -> BreakerState {
+pub fn record(state: &BreakerState, failed: bool, now: Timestamp, config: &UpstreamBreakerConfig) -> BreakerState {
     let open = |s: &BreakerState| BreakerState {
         phase: Phase::Open,
         consecutive_failures: s.consecutive_failures,
@@ -206,7 +206,7 @@ mod tests {
         Timestamp::from_secs(1_767_225_600 + secs)
     }
 
-    fn fail_n(mut s: BreakerState, n: u32, now: Timestamp, c: &BreakerConfig) -> BreakerState {
+    fn fail_n(mut s: BreakerState, n: u32, now: Timestamp, c: &UpstreamBreakerConfig) -> BreakerState {
         for _ in 0..n {
             s = record(&s, true, now, c);
         }
@@ -215,7 +215,7 @@ mod tests {
 
     #[test]
     fn five_consecutive_failures_open_it_and_a_success_in_between_resets_the_count() {
-        let c = BreakerConfig::default();
+        let c = UpstreamBreakerConfig::default();
         let s = fail_n(BreakerState::default(), 4, t(0), &c);
         assert_eq!((s.phase, s.consecutive_failures), (Phase::Closed, 4));
         let s = record(&s, false, t(1), &c);
@@ -227,34 +227,34 @@ mod tests {
 
     #[test]
     fn an_open_breaker_refuses_until_the_probe_time_then_lets_one_probe_through() {
-        let c = BreakerConfig::default();
+        let c = UpstreamBreakerConfig::default();
         let s = fail_n(BreakerState::default(), 5, t(0), &c);
-        assert_eq!(decide(&s, t(29), &c).0, Admission::Rejected { retry_at: t(30) });
+        assert_eq!(decide(&s, t(29), &c).0, UpstreamAdmission::Rejected { retry_at: t(30) });
         let (admission, s) = decide(&s, t(30), &c);
-        assert_eq!((admission, s.phase), (Admission::Probe, Phase::HalfOpen));
+        assert_eq!((admission, s.phase), (UpstreamAdmission::Probe, Phase::HalfOpen));
         // A second caller while the probe is in flight waits for it.
-        assert_eq!(decide(&s, t(31), &c).0, Admission::Rejected { retry_at: t(60) });
+        assert_eq!(decide(&s, t(31), &c).0, UpstreamAdmission::Rejected { retry_at: t(60) });
         // A probe that never reports back stops blocking after its lease.
-        assert_eq!(decide(&s, t(60), &c).0, Admission::Probe);
+        assert_eq!(decide(&s, t(60), &c).0, UpstreamAdmission::Probe);
     }
 
     #[test]
     fn three_successful_probes_close_it() {
-        let c = BreakerConfig::default();
+        let c = UpstreamBreakerConfig::default();
         let mut s = fail_n(BreakerState::default(), 5, t(0), &c);
         for i in 0..3 {
             let (admission, next) = decide(&s, t(30 + i), &c);
-            assert_eq!(admission, Admission::Probe);
+            assert_eq!(admission, UpstreamAdmission::Probe);
             s = record(&next, false, t(30 + i), &c);
         }
         assert_eq!((s.phase, s.consecutive_failures, s.probe_successes), (Phase::Closed, 0, 0));
         assert_eq!((s.trips, s.opened_at, s.next_probe_at), (1, Some(t(0)), None));
-        assert_eq!(decide(&s, t(40), &c).0, Admission::Allowed);
+        assert_eq!(decide(&s, t(40), &c).0, UpstreamAdmission::Allowed);
     }
 
     #[test]
     fn a_failed_probe_opens_it_again_for_another_pause() {
-        let c = BreakerConfig::default();
+        let c = UpstreamBreakerConfig::default();
         let s = fail_n(BreakerState::default(), 5, t(0), &c);
         let (_, s) = decide(&s, t(30), &c);
         let s = record(&s, false, t(30), &c);
@@ -265,17 +265,17 @@ mod tests {
 
     #[test]
     fn an_abandoned_probe_frees_the_slot_for_the_next_caller() {
-        let c = BreakerConfig::default();
+        let c = UpstreamBreakerConfig::default();
         let s = fail_n(BreakerState::default(), 5, t(0), &c);
         let (_, s) = decide(&s, t(30), &c);
         assert!(!decide(&s, t(31), &c).0.is_allowed());
-        assert_eq!(decide(&abandon_probe(&s), t(31), &c).0, Admission::Probe);
+        assert_eq!(decide(&abandon_probe(&s), t(31), &c).0, UpstreamAdmission::Probe);
         assert_eq!(abandon_probe(&BreakerState::default()), BreakerState::default());
     }
 
     #[test]
     fn late_results_do_not_move_an_open_breaker() {
-        let c = BreakerConfig::default();
+        let c = UpstreamBreakerConfig::default();
         let s = fail_n(BreakerState::default(), 5, t(0), &c);
         assert_eq!(record(&s, false, t(1), &c), s);
         assert_eq!(record(&s, true, t(1), &c), s);
@@ -290,7 +290,7 @@ mod tests {
         fn any_sequence_of_events_keeps_the_breaker_invariants(
             events in proptest::collection::vec((0u8..3, 0u64..20), 1..200)
         ) {
-            let c = BreakerConfig::default();
+            let c = UpstreamBreakerConfig::default();
             let mut s = BreakerState::default();
             let mut now = t(0);
             for (event, step) in events {
@@ -321,7 +321,7 @@ mod tests {
 
     #[test]
     fn config_round_trips_through_json_in_milliseconds() {
-        let c: BreakerConfig = serde_json::from_str(r#"{"probe_after": 1500}"#).expect("valid");
+        let c: UpstreamBreakerConfig = serde_json::from_str(r#"{"probe_after": 1500}"#).expect("valid");
         assert_eq!((c.probe_after, c.failure_threshold), (Duration::from_millis(1500), 5));
     }
 }

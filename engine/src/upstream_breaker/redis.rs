@@ -4,7 +4,7 @@
 //! Two scripts: `load.lua` reads the hash together with Redis `TIME`, which is
 //! the clock every instance shares; `cas.lua` writes a new state only if the
 //! version is still the one loaded. The transition itself is computed in Rust
-//! by [`super::Breaker`], so this adapter holds no decision logic.
+//! by [`super::UpstreamBreaker`], so this adapter holds no decision logic.
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -14,7 +14,7 @@ struct Entry {
     expires_at: Timestamp,
 }
 
-/// Breaker states in a map, with the engine's clock for `now` and expiry.
+/// UpstreamBreaker states in a map, with the engine's clock for `now` and expiry.
 #[derive(Debug)]
 pub struct MemoryBreakerStore {
     clock: SharedClock,

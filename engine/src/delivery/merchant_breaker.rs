@@ -22,7 +22,7 @@ use super::model::{AttemptOutcome, BreakerStatus, DeliveryId, MerchantId};
 use crate::clock::Timestamp;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BreakerConfig {
+pub struct MerchantBreakerConfig {
     /// Sliding window for the failure ratio (5 min).
     pub window: Duration,
     /// Attempts needed in the window before the ratio counts (5).
@@ -40,9 +40,9 @@ pub struct BreakerConfig {
     pub probe_lease: Duration,
 }
 
-impl Default for BreakerConfig {
+impl Default for MerchantBreakerConfig {
     fn default() -> Self {
-        BreakerConfig {
+        MerchantBreakerConfig {
             window: Duration::from_secs(5 * 60),
             min_attempts: 5,
             failure_percent: 80,
@@ -56,7 +56,7 @@ impl Default for BreakerConfig {
 
 /// One merchant's breaker row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Breaker {
+pub struct MerchantBreaker {
     pub merchant_id: MerchantId,
     pub status: BreakerStatus,
     /// Bumped on every write; the compare-and-set token.
@@ -73,10 +73,10 @@ pub struct Breaker {
     pub updated_at: Timestamp,
 }
 
-impl Breaker {
+impl MerchantBreaker {
     /// A closed breaker for a new merchant.
-    pub fn closed(merchant_id: MerchantId, now: Timestamp, cfg: &BreakerConfig) -> Breaker {
-        Breaker {
+    pub fn closed(merchant_id: MerchantId, now: Timestamp, cfg: &MerchantBreakerConfig) -> MerchantBreaker {
+        MerchantBreaker {
             merchant_id,
             status: BreakerStatus::Closed,
             version: 0,
@@ -92,12 +92,12 @@ impl Breaker {
     }
 
     /// Where the sliding window starts at `now`.
-    pub fn window_start(&self, now: Timestamp, cfg: &BreakerConfig) -> Timestamp {
+    pub fn window_start(&self, now: Timestamp, cfg: &MerchantBreakerConfig) -> Timestamp {
         (now - cfg.window).max(self.counters_since)
     }
 
-    fn next(&self, now: Timestamp) -> Breaker {
-        Breaker { version: self.version + 1, updated_at: now, ..self.clone() }
+    fn next(&self, now: Timestamp) -> MerchantBreaker {
+        MerchantBreaker { version: self.version + 1, updated_at: now, ..self.clone() }
     }
 }
 
@@ -109,35 +109,35 @@ pub struct Window {
 }
 
 impl Window {
-    pub fn trips(&self, cfg: &BreakerConfig) -> bool {
+    pub fn trips(&self, cfg: &MerchantBreakerConfig) -> bool {
         self.attempts >= cfg.min_attempts && u64::from(self.failures) * 100 >= u64::from(self.attempts) * u64::from(cfg.failure_percent)
     }
 }
 
 /// May this delivery be sent now?
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Admission {
-    /// Breaker closed: send.
+pub enum MerchantAdmission {
+    /// MerchantBreaker closed: send.
     Send,
     /// Send as the probe; write this breaker row first (compare-and-set).
-    Probe(Breaker),
+    Probe(MerchantBreaker),
     /// Not now: check again at `until`. Spends nothing.
     Defer { until: Timestamp },
 }
 
 /// Decide whether `delivery` may be sent at `now`.
-pub fn admit(b: &Breaker, delivery: &DeliveryId, now: Timestamp, cfg: &BreakerConfig) -> Admission {
+pub fn admit(b: &MerchantBreaker, delivery: &DeliveryId, now: Timestamp, cfg: &MerchantBreakerConfig) -> MerchantAdmission {
     let take_probe = || {
         let mut n = b.next(now);
         n.status = BreakerStatus::Probing;
         n.probe_delivery_id = Some(delivery.clone());
         n.probe_started_at = Some(now);
-        Admission::Probe(n)
+        MerchantAdmission::Probe(n)
     };
     match b.status {
-        BreakerStatus::Closed => Admission::Send,
+        BreakerStatus::Closed => MerchantAdmission::Send,
         BreakerStatus::Open => match b.next_probe_at {
-            Some(at) if now < at => Admission::Defer { until: (now + cfg.defer).min(at) },
+            Some(at) if now < at => MerchantAdmission::Defer { until: (now + cfg.defer).min(at) },
             _ => take_probe(),
         },
         BreakerStatus::Probing => {
@@ -145,7 +145,7 @@ pub fn admit(b: &Breaker, delivery: &DeliveryId, now: Timestamp, cfg: &BreakerCo
             if b.probe_delivery_id.as_ref() == Some(delivery) || stale {
                 take_probe()
             } else {
-                Admission::Defer { until: now + cfg.defer }
+                MerchantAdmission::Defer { until: now + cfg.defer }
             }
         }
     }
@@ -153,8 +153,8 @@ pub fn admit(b: &Breaker, delivery: &DeliveryId, now: Timestamp, cfg: &BreakerCo
 
 /// The breaker after `delivery`'s attempt came to `outcome`; `None` when the
 /// row does not change. `window` counts the merchant's attempts since
-/// [`Breaker::window_start`], this one included.
-pub fn record(b: &Breaker, delivery: &DeliveryId, outcome: AttemptOutcome, window: Window, now: Timestamp, cfg: &BreakerConfig) -> Option<Breaker> {
+/// [`MerchantBreaker::window_start`], this one included.
+pub fn record(b: &MerchantBreaker, delivery: &DeliveryId, outcome: AttemptOutcome, window: Window, now: Timestamp, cfg: &MerchantBreakerConfig) -> Option<MerchantBreaker> {
     let failed = outcome.is_breaker_failure();
     match b.status {
         BreakerStatus::Probing if b.probe_delivery_id.as_ref() == Some(delivery) => {
@@ -186,12 +186,12 @@ pub fn record(b: &Breaker, delivery: &DeliveryId, outcome: AttemptOutcome, windo
 }
 
 /// Closed with counters reset, keeping the row's identity and version.
-fn close(b: &Breaker, now: Timestamp, cfg: &BreakerConfig) -> Breaker {
-    Breaker { version: b.version, updated_at: b.updated_at, ..Breaker::closed(b.merchant_id.clone(), now, cfg) }
+fn close(b: &MerchantBreaker, now: Timestamp, cfg: &MerchantBreakerConfig) -> MerchantBreaker {
+    MerchantBreaker { version: b.version, updated_at: b.updated_at, ..MerchantBreaker::closed(b.merchant_id.clone(), now, cfg) }
 }
 
 /// A manual reset by support staff: closed, counters zeroed.
-pub fn reset(b: &Breaker, now: Timestamp, cfg: &BreakerConfig) -> Breaker {
+pub fn reset(b: &MerchantBreaker, now: Timestamp, cfg: &MerchantBreakerConfig) -> MerchantBreaker {
     close(&b.next(now), now, cfg)
 }
 
@@ -211,9 +211,9 @@ mod tests {
 
     #[test]
     fn it_opens_on_five_attempts_with_eighty_percent_failed_and_not_before() {
-        let cfg = BreakerConfig::default();
+        let cfg = MerchantBreakerConfig::default();
         let (m, d, _) = ids();
-        let b = Breaker::closed(m, T0, &cfg);
+        let b = MerchantBreaker::closed(m, T0, &cfg);
         assert_eq!(record(&b, &d, AttemptOutcome::ServerError, w(4, 4), T0, &cfg), None, "four attempts are too few");
         assert_eq!(record(&b, &d, AttemptOutcome::ServerError, w(6, 4), T0, &cfg), None, "67 % is too little");
         let open = record(&b, &d, AttemptOutcome::Timeout, w(5, 4), T0, &cfg).expect("opens");
@@ -224,9 +224,9 @@ mod tests {
 
     #[test]
     fn client_errors_never_open_it() {
-        let cfg = BreakerConfig::default();
+        let cfg = MerchantBreakerConfig::default();
         let (m, d, _) = ids();
-        let b = Breaker::closed(m, T0, &cfg);
+        let b = MerchantBreaker::closed(m, T0, &cfg);
         for outcome in [AttemptOutcome::ClientError, AttemptOutcome::RateLimited] {
             assert!(!outcome.is_breaker_failure());
             assert_eq!(record(&b, &d, outcome, w(50, 50), T0, &cfg), None);
@@ -235,35 +235,35 @@ mod tests {
 
     #[test]
     fn an_open_breaker_defers_until_the_pause_is_over_then_lets_one_probe_through() {
-        let cfg = BreakerConfig::default();
+        let cfg = MerchantBreakerConfig::default();
         let (m, d1, d2) = ids();
-        let open = record(&Breaker::closed(m, T0, &cfg), &d1, AttemptOutcome::Network, w(5, 5), T0, &cfg).expect("open");
-        assert_eq!(admit(&open, &d2, T0 + Duration::from_secs(10), &cfg), Admission::Defer { until: T0 + Duration::from_secs(40) });
-        assert_eq!(admit(&open, &d2, T0 + Duration::from_secs(290), &cfg), Admission::Defer { until: T0 + Duration::from_secs(300) });
+        let open = record(&MerchantBreaker::closed(m, T0, &cfg), &d1, AttemptOutcome::Network, w(5, 5), T0, &cfg).expect("open");
+        assert_eq!(admit(&open, &d2, T0 + Duration::from_secs(10), &cfg), MerchantAdmission::Defer { until: T0 + Duration::from_secs(40) });
+        assert_eq!(admit(&open, &d2, T0 + Duration::from_secs(290), &cfg), MerchantAdmission::Defer { until: T0 + Duration::from_secs(300) });
         let probe_at = T0 + Duration::from_secs(300);
-        let Admission::Probe(probing) = admit(&open, &d1, probe_at, &cfg) else { panic!("probe") };
+        let MerchantAdmission::Probe(probing) = admit(&open, &d1, probe_at, &cfg) else { panic!("probe") };
         assert_eq!(probing.status, BreakerStatus::Probing);
-        assert_eq!(admit(&probing, &d2, probe_at, &cfg), Admission::Defer { until: probe_at + cfg.defer }, "one probe at a time");
+        assert_eq!(admit(&probing, &d2, probe_at, &cfg), MerchantAdmission::Defer { until: probe_at + cfg.defer }, "one probe at a time");
         // A probe whose worker died is taken over after the probe lease.
-        assert!(matches!(admit(&probing, &d2, probe_at + cfg.probe_lease, &cfg), Admission::Probe(_)));
+        assert!(matches!(admit(&probing, &d2, probe_at + cfg.probe_lease, &cfg), MerchantAdmission::Probe(_)));
     }
 
     #[test]
     fn failed_probes_double_the_pause_up_to_thirty_minutes_and_a_good_one_closes() {
-        let cfg = BreakerConfig::default();
+        let cfg = MerchantBreakerConfig::default();
         let (m, d, other) = ids();
-        let mut b = record(&Breaker::closed(m, T0, &cfg), &d, AttemptOutcome::Network, w(5, 5), T0, &cfg).expect("open");
+        let mut b = record(&MerchantBreaker::closed(m, T0, &cfg), &d, AttemptOutcome::Network, w(5, 5), T0, &cfg).expect("open");
         let mut pauses = Vec::new();
         for _ in 0..5 {
             let now = b.next_probe_at.expect("open has a probe time");
-            let Admission::Probe(p) = admit(&b, &d, now, &cfg) else { panic!("probe") };
+            let MerchantAdmission::Probe(p) = admit(&b, &d, now, &cfg) else { panic!("probe") };
             assert_eq!(record(&p, &other, AttemptOutcome::Network, w(9, 9), now, &cfg), None, "only the probe's result counts");
             b = record(&p, &d, AttemptOutcome::ServerError, w(9, 9), now, &cfg).expect("reopens");
             pauses.push(b.pause.as_secs() / 60);
         }
         assert_eq!(pauses, [10, 20, 30, 30, 30]);
         let now = b.next_probe_at.expect("probe time");
-        let Admission::Probe(p) = admit(&b, &d, now, &cfg) else { panic!("probe") };
+        let MerchantAdmission::Probe(p) = admit(&b, &d, now, &cfg) else { panic!("probe") };
         // A 4xx proves the endpoint reachable: closed, counters reset.
         let closed = record(&p, &d, AttemptOutcome::ClientError, w(9, 9), now, &cfg).expect("closes");
         assert_eq!((closed.status, closed.pause, closed.failed_probes, closed.counters_since), (BreakerStatus::Closed, cfg.base_pause, 0, now));
@@ -272,12 +272,12 @@ mod tests {
 
     #[test]
     fn a_manual_reset_closes_it_and_zeroes_the_counters() {
-        let cfg = BreakerConfig::default();
+        let cfg = MerchantBreakerConfig::default();
         let (m, d, _) = ids();
-        let open = record(&Breaker::closed(m, T0, &cfg), &d, AttemptOutcome::Network, w(5, 5), T0, &cfg).expect("open");
+        let open = record(&MerchantBreaker::closed(m, T0, &cfg), &d, AttemptOutcome::Network, w(5, 5), T0, &cfg).expect("open");
         let later = T0 + Duration::from_secs(30);
         let r = reset(&open, later, &cfg);
         assert_eq!((r.status, r.counters_since, r.next_probe_at, r.version), (BreakerStatus::Closed, later, None, open.version + 1));
-        assert_eq!(admit(&r, &d, later, &cfg), Admission::Send);
+        assert_eq!(admit(&r, &d, later, &cfg), MerchantAdmission::Send);
     }
 }

@@ -23,9 +23,12 @@ ensure_chromium
 command -v redis-server >/dev/null || apt_install redis-server
 command -v redis-cli >/dev/null || apt_install redis-tools
 
-# Databases left behind by earlier runs that were killed half way.
+# Databases left behind by earlier runs that were killed half way: only
+# those older than two hours (their names carry their creation time: a ULID
+# or a Unix timestamp), so a run never drops another run's live database.
 psql "$SLUICE_TEST_POSTGRES_URL" -qtAc \
-  "SELECT 'DROP DATABASE IF EXISTS ' || datname || ';' FROM pg_database WHERE datname LIKE 'sluice\_t\_%' OR datname LIKE 'sluice\_e2e\_%'" \
+  "SELECT datname FROM pg_database WHERE datname LIKE 'sluice\_t\_%' OR datname LIKE 'sluice\_e2e\_%'" \
+  | python3 "$ROOT/scripts/stale-test-dbs.py" 7200 \
   | psql "$SLUICE_TEST_POSTGRES_URL" -q >/dev/null 2>&1 || true
 
 # The browser build must compile none of the engine, sqlx, redis or tokio.

@@ -76,7 +76,7 @@ pub enum DeliveryTiming {
     #[default]
     Product,
     /// `sluice demo`: the same shape, sped up so every step shows within
-    /// minutes (see `demo::demo_timing`).
+    /// minutes (see `demo::timing::demo_timing`).
     Demo,
 }
 

@@ -268,7 +268,7 @@ fn worker_config(settings: &Settings) -> WorkerConfig {
 pub fn delivery_timing(settings: &Settings) -> (LadderConfig, MerchantBreakerConfig) {
     match settings.delivery_timing {
         DeliveryTiming::Product => (LadderConfig::default(), MerchantBreakerConfig::default()),
-        DeliveryTiming::Demo => crate::demo::demo_timing(),
+        DeliveryTiming::Demo => crate::demo::timing::demo_timing(),
     }
 }
 

@@ -7,7 +7,7 @@
 //! from the request, which is why a request matching no rule is counted under
 //! scope `_none`.
 
-use super::limiter::Outcome;
+use super::outcome::Outcome;
 
 /// Decisions by `scope`, `result` (`granted` / `refused`) and `reason`
 /// (empty for grants; a [`super::RefusalReason`] otherwise).

@@ -107,6 +107,7 @@ pub mod lazy;
 pub mod limiter;
 pub mod memory;
 pub mod metrics;
+pub mod outcome;
 pub mod redis;
 pub mod registry;
 pub mod rule;
@@ -118,9 +119,8 @@ pub use admin::{RuleAdmin, RuleAdminError};
 pub use decision::{BucketState, Decision, Usage};
 pub use fallback::{FallbackStore, StorePolicy};
 pub use lazy::LazyRedisStore;
-pub use limiter::{
-    Lease, Limiter, LimiterConfig, Outcome, Permit, QuotaError, QuotaRequest, RateLimitHeaders, Refusal,
-};
+pub use limiter::{Limiter, LimiterConfig, QuotaError, QuotaRequest, RateLimitHeaders};
+pub use outcome::{Lease, Outcome, Permit, Refusal};
 pub use memory::MemoryStore;
 pub use redis::{RedisSettings, RedisStore};
 pub use registry::RuleRegistry;

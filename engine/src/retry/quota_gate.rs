@@ -10,7 +10,8 @@ use std::time::Duration;
 use http::HeaderMap;
 
 use super::gate::{CallTarget, GateError, GatePermit, GateRefusal, QuotaGate};
-use crate::quota::limiter::{bucket_key, Lease, Outcome, QuotaError, QuotaRequest, RateLimitHeaders};
+use crate::quota::limiter::{bucket_key, QuotaError, QuotaRequest, RateLimitHeaders};
+use crate::quota::outcome::{Lease, Outcome};
 use crate::quota::stats::{RefusalReason, GLOBAL_ACCOUNT};
 use crate::quota::Limiter;
 

@@ -14,10 +14,11 @@
 //! and the benchmark harness (`server/examples/quota_bench.rs`).
 //!
 //! The demo signs in as `demo` (an admin) with a password generated at every
-//! start and printed with the URL, and delivers with [`demo_timing`]: the
+//! start and printed with the URL, and delivers with [`timing::demo_timing`]: the
 //! product's ladders and breaker, sped up so each step shows within minutes.
 
 pub mod merchants;
+pub mod timing;
 pub mod traffic;
 pub mod upstream;
 
@@ -27,8 +28,6 @@ use anyhow::Context;
 use sluice_engine::audit::{self, AuditEntry};
 use sluice_engine::clock::Timestamp;
 use sluice_engine::db::Db;
-use sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig;
-use sluice_engine::delivery::ladder::LadderConfig;
 use sluice_engine::users::{self, Role, UserError};
 use tokio::task::JoinSet;
 
@@ -41,30 +40,6 @@ pub const UPSTREAM_LIMIT_PER_SECOND: u32 = 10;
 
 /// The demo's sign-in (an admin, so every page and control is open).
 pub const DEMO_USER: &str = "demo";
-
-/// The delivery timings of the demo: the product's ladders and breaker
-/// (SPEC §5) with the long pauses shortened, so a delivery climbs both
-/// ladders and a breaker opens and probes within a minute or two:
-/// - fast ladder unchanged (1 s, 2 s, 4 s, … already visible);
-/// - slow ladder ÷ 60: 15 s, 1 min, 4 min, 12 min, 24 min, ceiling 48 min;
-/// - breaker: first pause 20 s (doubling to at most 2 min), deferrals
-///   re-checked every 5 s; window and thresholds unchanged.
-pub fn demo_timing() -> (LadderConfig, MerchantBreakerConfig) {
-    let product = LadderConfig::default();
-    let ladder = LadderConfig {
-        slow_pauses: product.slow_pauses.iter().map(|p| *p / 60).collect(),
-        slow_ceiling: product.slow_ceiling / 60,
-        ..product
-    };
-    let breaker = MerchantBreakerConfig {
-        base_pause: Duration::from_secs(20),
-        max_pause: Duration::from_secs(120),
-        defer: Duration::from_secs(5),
-        probe_lease: Duration::from_secs(20),
-        ..MerchantBreakerConfig::default()
-    };
-    (ladder, breaker)
-}
 
 /// Make sure `demo` exists as an admin and give it a fresh random password
 /// (a demo database is reused between runs; the old password is unknown).

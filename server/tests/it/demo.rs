@@ -1,7 +1,8 @@
 //! `sluice demo`: its sign-in and its delivery timings. (The mock upstream
 //! and merchants are tested next to their code, as real loopback servers.)
 
-use sluice::demo::{demo_timing, ensure_demo_login, DEMO_USER};
+use sluice::demo::timing::demo_timing;
+use sluice::demo::{ensure_demo_login, DEMO_USER};
 use sluice_engine::clock::{Clock, SystemClock};
 use sluice_engine::db::testing::TestDb;
 use sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig;

@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod components;
+pub mod format;
 pub mod live;
 pub mod model;
 pub mod pages;

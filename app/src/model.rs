@@ -39,3 +39,22 @@ impl HealthView {
         self.database.is_ready() && self.redis.is_ready()
     }
 }
+
+/// One form field the server refused, and why: shown next to that field.
+/// Every form answers with one per invalid field, all at once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(field: &str, message: impl Into<String>) -> FieldError {
+        FieldError { field: field.to_owned(), message: message.into() }
+    }
+}
+
+/// The message for `field` among `errors`, if any.
+pub fn error_for(errors: &[FieldError], field: &str) -> Option<String> {
+    errors.iter().find(|e| e.field == field).map(|e| e.message.clone())
+}

@@ -11,7 +11,7 @@ use leptos_router::hooks::use_query_map;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::error_text;
-use crate::components::format_ms;
+use crate::format;
 
 /// Rows per page.
 pub const PAGE_SIZE: u32 = 50;
@@ -127,7 +127,7 @@ pub fn AuditPage() -> impl IntoView {
                 q.push((name, v));
             }
         }
-        let qs: Vec<String> = q.into_iter().map(|(k, v)| format!("{k}={}", url_encode(&v))).collect();
+        let qs: Vec<String> = q.into_iter().map(|(k, v)| format!("{k}={}", format::percent_encode(&v))).collect();
         format!("/audit?{}", qs.join("&"))
     };
     view! {
@@ -150,7 +150,7 @@ pub fn AuditPage() -> impl IntoView {
                         <tbody>
                             {view.rows.into_iter().map(|r| view! {
                                 <tr data-testid="audit-row">
-                                    <td class="nowrap">{format_ms(r.at_ms)}</td>
+                                    <td class="nowrap">{format::date_time(r.at_ms)}</td>
                                     <td>{r.actor}</td>
                                     <td><span class="pill muted">{r.action}</span></td>
                                     <td class="mono">{r.target}</td>
@@ -165,14 +165,4 @@ pub fn AuditPage() -> impl IntoView {
             })}
         </Transition>
     }
-}
-
-/// Percent-encoding for query values (filters are free text).
-fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            b => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::{error_text, use_role, ForRole, Role};
 use crate::pages::audit::{ChangeList, ChangeRow};
-use crate::components::format_ms;
+use crate::format;
+use crate::model::{error_for, FieldError};
 
 /// A rule as the page shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,13 +50,6 @@ impl RuleRow {
     }
 }
 
-/// A problem with one form field.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FieldError {
-    pub field: String,
-    pub message: String,
-}
-
 /// The answer to a create or edit form.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Saved {
@@ -79,40 +73,6 @@ pub enum Resolved {
     /// No rule and no default: the limiter refuses such requests.
     NoRule,
     Invalid(Vec<FieldError>),
-}
-
-/// "500ms", "10s", "2m", "1h", or "90s" when nothing rounder fits.
-pub fn format_duration_ms(ms: u64) -> String {
-    match ms {
-        0 => "0s".to_owned(),
-        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
-        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
-        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
-        ms => format!("{ms}ms"),
-    }
-}
-
-/// A duration as people type it: `500ms`, `10s`, `1.5m`, `1h`; a bare
-/// number means seconds.
-pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
-    let t = text.trim().to_ascii_lowercase();
-    let (number, factor) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1.0)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1000.0)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60_000.0)
-    } else if let Some(n) = t.strip_suffix('h') {
-        (n, 3_600_000.0)
-    } else {
-        (t.as_str(), 1000.0)
-    };
-    let bad = || format!("'{}' is not a duration; write e.g. 500ms, 10s, 1m or 1h", text.trim());
-    let value: f64 = number.trim().parse().map_err(|_| bad())?;
-    if !value.is_finite() || value < 0.0 || value * factor > 1e15 {
-        return Err(bad());
-    }
-    Ok((value * factor).round() as u64)
 }
 
 #[cfg(feature = "ssr")]
@@ -158,7 +118,7 @@ pub(crate) mod server {
         // Engine messages start with their field ("tokens: must be…"); the
         // form shows them next to the field, so the prefix goes.
         let message = message.strip_prefix(&format!("{field}: ")).map(str::to_owned).unwrap_or(message);
-        FieldError { field: field.to_owned(), message }
+        FieldError::new(field, message)
     }
 
     /// The form as typed → a draft, or the fields that are not even numbers.
@@ -173,11 +133,11 @@ pub(crate) mod server {
             match text.trim().parse::<u32>() {
                 Ok(n) => Some(n),
                 Err(_) if blank(text) => {
-                    errors.push(FieldError { field: field.into(), message: "required".into() });
+                    errors.push(FieldError::new(field, "required"));
                     None
                 }
                 Err(_) => {
-                    errors.push(FieldError { field: field.into(), message: format!("'{}' is not a whole number", text.trim()) });
+                    errors.push(FieldError::new(field, format!("'{}' is not a whole number", text.trim())));
                     None
                 }
             }
@@ -188,14 +148,14 @@ pub(crate) mod server {
         let mut duration = |field: &str, text: &str, optional: bool| -> Option<Duration> {
             if blank(text) {
                 if !optional {
-                    errors.push(FieldError { field: field.into(), message: "required, e.g. 10s or 1m".into() });
+                    errors.push(FieldError::new(field, "required, e.g. 10s or 1m"));
                 }
                 return None;
             }
-            match parse_duration_ms(text) {
+            match format::parse_duration_input(text) {
                 Ok(ms) => Some(Duration::from_millis(ms)),
                 Err(message) => {
-                    errors.push(FieldError { field: field.into(), message });
+                    errors.push(FieldError::new(field, message));
                     None
                 }
             }
@@ -379,10 +339,10 @@ pub async fn resolve_rule(scope: String, method: String, path: String) -> Result
     let ctx = crate::ssr::context()?;
     let mut errors = Vec::new();
     if scope.trim().is_empty() {
-        errors.push(FieldError { field: "scope".into(), message: "required".into() });
+        errors.push(FieldError::new("scope", "required"));
     }
     if !path.trim().starts_with('/') {
-        errors.push(FieldError { field: "path".into(), message: "must start with '/'".into() });
+        errors.push(FieldError::new("path", "must start with '/'"));
     }
     if !errors.is_empty() {
         return Ok(Resolved::Invalid(errors));
@@ -402,7 +362,7 @@ fn errors_of(value: Option<Result<Saved, ServerFnError>>) -> Vec<FieldError> {
 }
 
 fn opt_ms(ms: Option<u64>) -> String {
-    ms.map(format_duration_ms).unwrap_or_default()
+    ms.map(format::duration_input).unwrap_or_default()
 }
 
 #[component]
@@ -519,11 +479,11 @@ fn RulesTable(rows: Vec<RuleRow>, admin: bool, shadow: ServerAction<SetShadow>) 
                             <td class="mono">{r.path.clone().unwrap_or_else(|| "—".into())}</td>
                             <td>{r.kind()}</td>
                             <td>{r.algorithm.replace('_', " ")}</td>
-                            <td data-testid="rate">{format!("{} / {}", r.tokens, format_duration_ms(r.interval_ms))}</td>
+                            <td data-testid="rate">{format!("{} / {}", r.tokens, format::duration_input(r.interval_ms))}</td>
                             <td>{r.burst}</td>
                             <td>{r.concurrency.map(|c| c.to_string()).unwrap_or_else(|| "—".into())}</td>
-                            <td>{r.max_wait_ms.map(format_duration_ms).unwrap_or_else(|| "default".into())}</td>
-                            <td data-testid="ceiling">{format_duration_ms(r.wait_ceiling_ms)}</td>
+                            <td>{r.max_wait_ms.map(format::duration_input).unwrap_or_else(|| "default".into())}</td>
+                            <td data-testid="ceiling">{format::duration_input(r.wait_ceiling_ms)}</td>
                             <td>{if r.shadow {
                                 view! { <span class="pill warn">"shadow"</span> }.into_any()
                             } else {
@@ -535,7 +495,7 @@ fn RulesTable(rows: Vec<RuleRow>, admin: bool, shadow: ServerAction<SetShadow>) 
                                 view! { <span class="pill muted">"off"</span> }.into_any()
                             }}</td>
                             <td class="note">{r.note.clone()}</td>
-                            <td class="muted small">{format!("{} · {}", r.updated_by, format_ms(r.updated_at))}</td>
+                            <td class="muted small">{format!("{} · {}", r.updated_by, format::date_time(r.updated_at))}</td>
                             <td class="actions">
                                 <A href=history>"History"</A>
                                 {admin.then(|| view! {
@@ -664,10 +624,10 @@ fn RuleFields(initial: Option<RuleRow>, errors: Signal<Vec<FieldError>>) -> impl
             </label>
         }
     };
-    let error_for = move |name: &'static str| {
+    let error_view = move |name: &'static str| {
         move || {
-            errors.get().into_iter().find(|e| e.field == name).map(|e| {
-                view! { <span class="field-error" data-testid=format!("error-{name}")>{e.message}</span> }
+            error_for(&errors.get(), name).map(|message| {
+                view! { <span class="field-error" data-testid=format!("error-{name}")>{message}</span> }
             })
         }
     };
@@ -680,7 +640,7 @@ fn RuleFields(initial: Option<RuleRow>, errors: Signal<Vec<FieldError>>) -> impl
                     <option value=m selected=m == method>{if m.is_empty() { "any" } else { m }}</option>
                 }).collect_view()}
             </select>
-            {error_for("method")}
+            {error_view("method")}
         </label>
         {text("path", "Path or template", "empty: the scope's default; /prices/{sku}, /feeds/*", init(|r| r.path.clone().unwrap_or_default()))}
         <label>
@@ -690,10 +650,10 @@ fn RuleFields(initial: Option<RuleRow>, errors: Signal<Vec<FieldError>>) -> impl
                     <option value=v selected=v == algorithm>{l}</option>
                 }).collect_view()}
             </select>
-            {error_for("algorithm")}
+            {error_view("algorithm")}
         </label>
         {text("tokens", "Tokens", "per interval, at least 1", init(|r| r.tokens.to_string()))}
-        {text("interval", "Interval", "e.g. 1s, 10s, 1m", init(|r| format_duration_ms(r.interval_ms)))}
+        {text("interval", "Interval", "e.g. 1s, 10s, 1m", init(|r| format::duration_input(r.interval_ms)))}
         {text("burst", "Burst", "token bucket capacity; empty: = tokens", init(|r| if r.burst == r.tokens { String::new() } else { r.burst.to_string() }))}
         {text("concurrency", "Concurrency", "max in flight; empty: none", init(|r| r.concurrency.map(|c| c.to_string()).unwrap_or_default()))}
         {text("max_wait", "Max wait", "empty: 30s (the ceiling is at least interval + 5s)", init(|r| opt_ms(r.max_wait_ms)))}
@@ -703,7 +663,7 @@ fn RuleFields(initial: Option<RuleRow>, errors: Signal<Vec<FieldError>>) -> impl
         <label class="wide">
             "Note"
             <textarea name="note" rows="2" data-testid="field-note">{init(|r| r.note.clone())}</textarea>
-            {error_for("note")}
+            {error_view("note")}
         </label>
     }
 }
@@ -725,7 +685,7 @@ fn RuleHistory(id: String) -> impl IntoView {
                             <tbody>
                                 {rows.into_iter().map(|h| view! {
                                     <tr>
-                                        <td>{format_ms(h.at_ms)}</td>
+                                        <td>{format::date_time(h.at_ms)}</td>
                                         <td>{h.actor}</td>
                                         <td>{h.action}</td>
                                         <td><ChangeList changes=h.changes/></td>
@@ -772,7 +732,7 @@ fn ResolveTester() -> impl IntoView {
                                     "{} ({}): {} {} · {} / {}, burst {} · wait ceiling {}{}",
                                     r.id, r.kind(), r.scope,
                                     [r.method.clone().unwrap_or_else(|| "any method".into()), r.path.clone().unwrap_or_default()].join(" "),
-                                    r.tokens, format_duration_ms(r.interval_ms), r.burst, format_duration_ms(r.wait_ceiling_ms),
+                                    r.tokens, format::duration_input(r.interval_ms), r.burst, format::duration_input(r.wait_ceiling_ms),
                                     if r.shadow { " · shadow" } else { "" }
                                 )}
                                 " " <A href=history>"history"</A>

@@ -160,7 +160,7 @@ fn AttentionPanel(attention: Attention) -> impl IntoView {
             </a>
             <a class="card" href="/quotas" data-testid="waits">
                 <h2>"Wait p95"</h2>
-                <p class="big" data-testid="wait-p95-1h">{crate::pages::quotas::fmt_ms(a.wait_p95_ms_1h)}</p>
+                <p class="big" data-testid="wait-p95-1h">{crate::format::duration_fine(a.wait_p95_ms_1h)}</p>
                 <span class="muted">{format!("{} permits, {hour}", a.grants_1h)}</span>
             </a>
         </section>

@@ -6,7 +6,8 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
-use super::quotas::{account_quotas, chart_hours, url_encode, AccountView, BucketTable, QuotasView};
+use super::quotas::{account_quotas, chart_hours, AccountView, BucketTable, QuotasView};
+use crate::format::percent_encode;
 use crate::auth::error_text;
 use crate::live::{use_live, LiveIndicator};
 
@@ -19,7 +20,7 @@ pub fn QuotaAccountPage() -> impl IntoView {
     let data = Resource::new(move || (account.get(), hours.get()), |(a, h)| account_quotas(a, Some(h)));
     let latest = RwSignal::new(None::<QuotasView>);
     let stream_url =
-        Memo::new(move |_| format!("/ui/stream/quotas?exact=true&account={}", url_encode(&account.get())));
+        Memo::new(move |_| format!("/ui/stream/quotas?exact=true&account={}", percent_encode(&account.get())));
     Effect::new(move |_| {
         account.track();
         latest.set(None);
@@ -52,7 +53,7 @@ fn AccountBody(view: AccountView, latest: RwSignal<Option<QuotasView>>) -> impl 
     let range = [1u32, 6, 24]
         .into_iter()
         .map(|h| {
-            let href = format!("/quotas/{}?hours={h}", url_encode(&account));
+            let href = format!("/quotas/{}?hours={h}", percent_encode(&account));
             let class = if h == hours { "current" } else { "" };
             view! { <a href=href class=class>{format!("{h} h")}</a> }
         })

@@ -9,6 +9,7 @@ use leptos_router::hooks::use_query_map;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::error_text;
+use crate::format;
 use crate::live::{use_live, LiveIndicator};
 
 /// Rows per page: a page's numbers cost two store reads per row.
@@ -99,46 +100,12 @@ pub async fn account_quotas(account: String, hours: Option<u32>) -> Result<Accou
     crate::ssr::quotas::account(&ctx, account.trim(), chart_hours(hours)).await
 }
 
-/// Percent-encode a value for a URL path segment or query.
-pub fn url_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-pub fn fmt_ms(ms: Option<u64>) -> String {
-    match ms {
-        None => "—".to_owned(),
-        Some(ms) if ms < 1_000 => format!("{ms} ms"),
-        Some(ms) if ms < 60_000 => format!("{:.1} s", ms as f64 / 1000.0),
-        Some(ms) => format!("{:.1} min", ms as f64 / 60_000.0),
-    }
-}
-
-fn fmt_opt(n: Option<u64>) -> String {
-    n.map_or_else(|| "—".to_owned(), |n| n.to_string())
-}
-
-fn fmt_rate(r: Option<f64>) -> String {
-    match r {
-        None => "—".to_owned(),
-        Some(r) if r >= 100.0 || r == 0.0 => format!("{r:.0}"),
-        Some(r) => format!("{r:.1}"),
-    }
-}
-
 fn quotas_url(account: &str, page: u32) -> String {
     match (account.is_empty(), page) {
         (true, 1) => "/quotas".to_owned(),
         (true, p) => format!("/quotas?page={p}"),
-        (false, 1) => format!("/quotas?account={}", url_encode(account)),
-        (false, p) => format!("/quotas?account={}&page={p}", url_encode(account)),
+        (false, 1) => format!("/quotas?account={}", format::percent_encode(account)),
+        (false, p) => format!("/quotas?account={}&page={p}", format::percent_encode(account)),
     }
 }
 
@@ -153,7 +120,7 @@ pub fn QuotasPage() -> impl IntoView {
     let latest = RwSignal::new(None::<QuotasView>);
     let stream_url = Memo::new(move |_| {
         let (account, page) = search.get();
-        format!("/ui/stream/quotas?account={}&page={}", url_encode(&account), page.unwrap_or(1))
+        format!("/ui/stream/quotas?account={}&page={}", format::percent_encode(&account), page.unwrap_or(1))
     });
     Effect::new(move |_| {
         search.track();
@@ -221,7 +188,7 @@ pub fn BucketTable(rows: Vec<BucketRow>, link_accounts: bool) -> impl IntoView {
         .into_iter()
         .map(|r| {
             let account_cell = if link_accounts {
-                view! { <a href=format!("/quotas/{}", url_encode(&r.account))>{r.account.clone()}</a> }.into_any()
+                view! { <a href=format!("/quotas/{}", format::percent_encode(&r.account))>{r.account.clone()}</a> }.into_any()
             } else {
                 view! { <span>{r.account.clone()}</span> }.into_any()
             };
@@ -237,12 +204,12 @@ pub fn BucketTable(rows: Vec<BucketRow>, link_accounts: bool) -> impl IntoView {
                     <td>{account_cell}</td>
                     <td>{r.scope.clone()}</td>
                     <td><code>{r.rule.clone()}</code></td>
-                    <td class="num" data-testid="used">{format!("{} / {}", fmt_opt(r.used()), fmt_opt(r.capacity))}</td>
-                    <td class="num" data-testid="remaining">{fmt_opt(r.remaining)}</td>
+                    <td class="num" data-testid="used">{format!("{} / {}", format::count(r.used()), format::count(r.capacity))}</td>
+                    <td class="num" data-testid="remaining">{format::count(r.remaining)}</td>
                     <td class="num" data-testid="grants">{r.grants}</td>
-                    <td class="num" data-testid="per-minute">{fmt_rate(r.per_minute)}</td>
-                    <td class="num" data-testid="wait-p50">{fmt_ms(r.wait_p50_ms)}</td>
-                    <td class="num" data-testid="wait-p95">{fmt_ms(r.wait_p95_ms)}</td>
+                    <td class="num" data-testid="per-minute">{format::rate(r.per_minute)}</td>
+                    <td class="num" data-testid="wait-p50">{format::duration_fine(r.wait_p50_ms)}</td>
+                    <td class="num" data-testid="wait-p95">{format::duration_fine(r.wait_p95_ms)}</td>
                     <td class=refused_class data-testid="refusals">{refusals}</td>
                     <td class=penalty_class data-testid="penalties">{r.penalties}</td>
                 </tr>

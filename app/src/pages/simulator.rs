@@ -10,7 +10,8 @@ use leptos_meta::Title;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::error_text;
-use crate::pages::limits::{format_duration_ms, FieldError};
+use crate::format;
+use crate::model::FieldError;
 
 /// The largest queue the page simulates (the chart and table stay readable).
 pub const MAX_QUEUE: u32 = 10_000;
@@ -51,7 +52,7 @@ mod server {
     use sluice_engine::simulator::{SimulationError, SimulationInput, SimulationReport, WorkerMode};
 
     use super::*;
-    use crate::pages::limits::parse_duration_ms;
+    use crate::format::parse_duration_input;
 
     pub struct Form {
         pub upstream_tokens: String,
@@ -64,9 +65,6 @@ mod server {
         pub mode: String,
     }
 
-    fn err(field: &str, message: impl Into<String>) -> FieldError {
-        FieldError { field: field.to_owned(), message: message.into() }
-    }
 
     /// Parse the form; every field that is wrong gets its own message.
     pub fn input(form: &Form) -> Result<SimulationInput, Vec<FieldError>> {
@@ -75,7 +73,7 @@ mod server {
             match text.trim().parse::<u32>() {
                 Ok(n) if (min..=max).contains(&n) => n,
                 _ => {
-                    errors.push(err(field, format!("a whole number from {min} to {max}")));
+                    errors.push(FieldError::new(field, format!("a whole number from {min} to {max}")));
                     min
                 }
             }
@@ -85,18 +83,18 @@ mod server {
         let local_tokens = number("local_tokens", &form.local_tokens, 1, 100_000);
         let queue = number("queue", &form.queue, 0, MAX_QUEUE);
         let mut duration = |field: &str, text: &str, allow_zero: bool| -> Duration {
-            match parse_duration_ms(text) {
+            match parse_duration_input(text) {
                 Ok(0) if !allow_zero => {
-                    errors.push(err(field, "must be longer than zero"));
+                    errors.push(FieldError::new(field, "must be longer than zero"));
                     Duration::from_secs(1)
                 }
                 Ok(ms) if ms > 86_400_000 => {
-                    errors.push(err(field, "at most one day"));
+                    errors.push(FieldError::new(field, "at most one day"));
                     Duration::from_secs(1)
                 }
                 Ok(ms) => Duration::from_millis(ms),
                 Err(m) => {
-                    errors.push(err(field, m));
+                    errors.push(FieldError::new(field, m));
                     Duration::from_secs(1)
                 }
             }
@@ -109,7 +107,7 @@ mod server {
             _ => Err(()),
         };
         let (Ok(upstream), Ok(local)) = (limit(upstream_tokens), limit(local_tokens)) else {
-            errors.push(err("algorithm", "fixed window or token bucket"));
+            errors.push(FieldError::new("algorithm", "fixed window or token bucket"));
             return Err(errors);
         };
         // The shared limiter is configured with the upstream's own limit:
@@ -118,7 +116,7 @@ mod server {
             "shared" => WorkerMode::SharedLimiter(upstream),
             "local" | "" => WorkerMode::LocalLimits(local),
             _ => {
-                errors.push(err("mode", "local limits or a shared limiter"));
+                errors.push(FieldError::new("mode", "local limits or a shared limiter"));
                 WorkerMode::LocalLimits(local)
             }
         };
@@ -135,7 +133,7 @@ mod server {
             SimulationError::Upstream(_) => "upstream_tokens",
             SimulationError::WorkerLimit(_) => "local_tokens",
         };
-        vec![err(field, e.to_string())]
+        vec![FieldError::new(field, e.to_string())]
     }
 
     fn ms(d: Duration) -> u64 {
@@ -352,7 +350,7 @@ fn SimulationResult(view: SimulationView) -> impl IntoView {
             <div class="card">
                 <h2>"Busiest window"</h2>
                 <p class=busiest_class data-testid="sim-busiest">{view.busiest_window}</p>
-                <span class="muted">{format!("requests in one {} window; the upstream allows {}", format_duration_ms(view.window_ms), view.upstream_tokens)}</span>
+                <span class="muted">{format!("requests in one {} window; the upstream allows {}", format::duration_input(view.window_ms), view.upstream_tokens)}</span>
             </div>
             <div class="card"><h2>"Over the upstream limit"</h2><p class=over_class data-testid="sim-over">{view.over_limit}</p><span class="muted">"would get 429"</span></div>
             <div class="card"><h2>"Drain time"</h2><p class="big" data-testid="sim-drain">{secs(view.drain_ms)}</p><span class="muted">"until the last permit: how stale the last record gets"</span></div>

@@ -7,7 +7,7 @@ use leptos_meta::Title;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::{error_text, Role};
-use crate::components::format_ms;
+use crate::format;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserRow {
@@ -264,8 +264,8 @@ pub fn UsersPage() -> impl IntoView {
                                                     <button type="submit">"Change"</button>
                                                 </ActionForm>
                                             </td>
-                                            <td>{format_ms(u.created_at)}</td>
-                                            <td>{u.last_login_at.map(format_ms).unwrap_or_else(|| "never".into())}</td>
+                                            <td>{format::date_time(u.created_at)}</td>
+                                            <td>{u.last_login_at.map(format::date_time).unwrap_or_else(|| "never".into())}</td>
                                             <td>
                                                 <ActionForm action=remove>
                                                     <input type="hidden" name="username" value=name_remove/>
@@ -290,8 +290,8 @@ pub fn UsersPage() -> impl IntoView {
                                         <tr data-testid="token-row" data-token=t.name.clone()>
                                             <td>{t.name.clone()}</td>
                                             <td>{t.scope.clone()}</td>
-                                            <td>{format_ms(t.created_at)}</td>
-                                            <td>{t.last_used_at.map(format_ms).unwrap_or_else(|| "never".into())}</td>
+                                            <td>{format::date_time(t.created_at)}</td>
+                                            <td>{t.last_used_at.map(format::date_time).unwrap_or_else(|| "never".into())}</td>
                                             <td data-testid="token-state">{if live {
                                                 view! { <span class="pill ok">"live"</span> }.into_any()
                                             } else {

@@ -6,7 +6,8 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use serde::{Deserialize, Serialize};
 
-use super::{format_duration_ms, format_instant, state_class};
+use super::state_class;
+use crate::format;
 use crate::auth::{error_text, use_role, Role};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -237,10 +238,10 @@ pub fn BreakersPage() -> impl IntoView {
                                             <td>{b.merchant.clone()}</td>
                                             <td><span class=state_class(&b.state) data-testid="breaker-state">{b.state.clone()}</span></td>
                                             <td>{format!("{} of {} attempts", b.window_failures, b.window_attempts)}</td>
-                                            <td>{if closed { "—".into() } else { format_duration_ms(b.pause_ms) }}</td>
+                                            <td>{if closed { "—".into() } else { format::duration(b.pause_ms) }}</td>
                                             <td>{b.failed_probes}</td>
-                                            <td>{b.opened_at.map(format_instant).unwrap_or_else(|| "—".into())}</td>
-                                            <td>{b.next_probe_at.map(format_instant).unwrap_or_else(|| "—".into())}</td>
+                                            <td>{b.opened_at.map(format::date_time_seconds).unwrap_or_else(|| "—".into())}</td>
+                                            <td>{b.next_probe_at.map(format::date_time_seconds).unwrap_or_else(|| "—".into())}</td>
                                             <td>{(!closed && can_reset()).then(|| view! {
                                                 <ConfirmReset>
                                                     <ActionForm action=reset_merchant attr:class="form">
@@ -274,8 +275,8 @@ pub fn BreakersPage() -> impl IntoView {
                                                     <td>{b.scope.clone()}</td>
                                                     <td><span class=state_class(&b.state)>{b.state.clone()}</span></td>
                                                     <td>{b.consecutive_failures}</td>
-                                                    <td>{b.opened_at.map(format_instant).unwrap_or_else(|| "—".into())}</td>
-                                                    <td>{b.next_probe_at.map(format_instant).unwrap_or_else(|| "—".into())}</td>
+                                                    <td>{b.opened_at.map(format::date_time_seconds).unwrap_or_else(|| "—".into())}</td>
+                                                    <td>{b.next_probe_at.map(format::date_time_seconds).unwrap_or_else(|| "—".into())}</td>
                                                     <td>{b.trips}</td>
                                                     <td>{(!closed && can_reset()).then(|| view! {
                                                         <ConfirmReset>
@@ -301,7 +302,7 @@ pub fn BreakersPage() -> impl IntoView {
                             <tbody>
                                 {v.recent_resets.into_iter().map(|r| view! {
                                     <tr data-testid="reset-row">
-                                        <td>{format_instant(r.at)}</td>
+                                        <td>{format::date_time_seconds(r.at)}</td>
                                         <td>{r.actor}</td>
                                         <td>{format!("{} {}", r.action, r.target)}</td>
                                         <td>{r.reason}</td>

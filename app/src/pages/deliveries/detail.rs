@@ -8,7 +8,8 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 use serde::{Deserialize, Serialize};
 
-use super::{format_instant, state_class};
+use super::state_class;
+use crate::format;
 use crate::auth::{error_text, use_role, Role};
 
 /// Payload text shown on the page at most (the whole event is in the database).
@@ -253,16 +254,16 @@ fn DeliveryDetail(d: DeliveryView, redeliver: ServerAction<Redeliver>, retry: Se
             </div>
             <div class="card" data-testid="ceilings">
                 <h2>"Ceilings"</h2>
-                <p>"48 h (slow ladder): " {d.slow_ceiling_at.map(format_instant).unwrap_or_else(|| "not started".into())}</p>
-                <p>"30 days (age): " {format_instant(d.age_ceiling_at)}</p>
-                <p class="muted">"cycle started " {format_instant(d.cycle_started_at)}</p>
+                <p>"48 h (slow ladder): " {d.slow_ceiling_at.map(format::date_time_seconds).unwrap_or_else(|| "not started".into())}</p>
+                <p>"30 days (age): " {format::date_time_seconds(d.age_ceiling_at)}</p>
+                <p class="muted">"cycle started " {format::date_time_seconds(d.cycle_started_at)}</p>
             </div>
             <div class="card" data-testid="deferrals">
                 <h2>"Merchant breaker"</h2>
                 <p><span class=state_class(&d.breaker)>{d.breaker.clone()}</span>
-                    {d.breaker_next_probe_at.map(|t| format!(" · next probe {}", format_instant(t)))}</p>
+                    {d.breaker_next_probe_at.map(|t| format!(" · next probe {}", format::date_time_seconds(t)))}</p>
                 <p>{format!("{} deferrals", d.deferrals)}
-                    {d.last_deferred_at.map(|t| format!(", last {}", format_instant(t)))}</p>
+                    {d.last_deferred_at.map(|t| format!(", last {}", format::date_time_seconds(t)))}</p>
             </div>
         </section>
         {move || can_act().then(|| {
@@ -289,10 +290,10 @@ fn DeliveryDetail(d: DeliveryView, redeliver: ServerAction<Redeliver>, retry: Se
             <table data-testid="timeline">
                 <thead><tr><th>"When"</th><th>"What"</th><th>"Ladder"</th><th>"HTTP"</th><th>"Latency"</th><th>"Error"</th></tr></thead>
                 <tbody>
-                    <tr class="muted"><td>{format_instant(d.created_at)}</td><td>"created"</td><td></td><td></td><td></td><td></td></tr>
+                    <tr class="muted"><td>{format::date_time_seconds(d.created_at)}</td><td>"created"</td><td></td><td></td><td></td><td></td></tr>
                     {d.attempts.iter().enumerate().map(|(i, a)| view! {
                         <tr data-testid="attempt">
-                            <td>{format_instant(a.at)}</td>
+                            <td>{format::date_time_seconds(a.at)}</td>
                             <td>{format!("attempt {}{}", i + 1, if a.probe { " (breaker probe)" } else { "" })} " "
                                 <span class={if a.outcome == "success" { "pill ok" } else { "pill bad" }}>{a.outcome.clone()}</span></td>
                             <td>{a.ladder.clone()}</td>
@@ -303,13 +304,13 @@ fn DeliveryDetail(d: DeliveryView, redeliver: ServerAction<Redeliver>, retry: Se
                     }).collect_view()}
                     {d.upcoming.iter().map(|p| view! {
                         <tr class="planned" data-testid="planned">
-                            <td>{format!("≥ {}", format_instant(p.at))}</td>
+                            <td>{format!("≥ {}", format::date_time_seconds(p.at))}</td>
                             <td>{format!("{} attempt {} of {} (if the previous fails)", p.ladder, p.number, p.of)}</td>
                             <td>{p.ladder.clone()}</td><td></td><td></td><td></td>
                         </tr>
                     }).collect_view()}
                     {d.finished_at.map(|t| view! {
-                        <tr><td>{format_instant(t)}</td><td>{format!("finished: {}", d.status)}</td><td></td><td></td><td></td><td></td></tr>
+                        <tr><td>{format::date_time_seconds(t)}</td><td>{format!("finished: {}", d.status)}</td><td></td><td></td><td></td><td></td></tr>
                     })}
                 </tbody>
             </table>

@@ -8,7 +8,9 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 use serde::{Deserialize, Serialize};
 
-use super::{error_for, format_instant, state_class, DeliveryQuery, FieldError};
+use super::{state_class, DeliveryQuery};
+use crate::model::{error_for, FieldError};
+use crate::format;
 use crate::auth::{error_text, ForRole, Role};
 
 /// Rows per page.
@@ -96,7 +98,7 @@ pub async fn list_deliveries(#[server(default)] filter: DeliveryQuery, after: Op
     let mut cursor = |field: &str, text: Option<String>| match text.filter(|t| !t.is_empty()) {
         None => None,
         Some(t) => parse_cursor(&t).or_else(|| {
-            invalid.push(FieldError { field: field.to_owned(), message: "not a page cursor of this list".to_owned() });
+            invalid.push(FieldError::new(field, "not a page cursor of this list".to_owned()));
             None
         }),
     };
@@ -329,8 +331,8 @@ fn DeliveryTable(list: DeliveryList, filter: DeliveryQuery) -> impl IntoView {
                             <td>{d.ladder.clone()}</td>
                             <td>{format!("{} fast · {} slow", d.fast_attempts, d.slow_steps)}</td>
                             <td>{d.last_status_code.map(|c| c.to_string()).unwrap_or_else(|| "—".into())}</td>
-                            <td>{format_instant(d.created_at)}</td>
-                            <td>{if waiting { format_instant(d.next_attempt_at) } else { "—".into() }}</td>
+                            <td>{format::date_time_seconds(d.created_at)}</td>
+                            <td>{if waiting { format::date_time_seconds(d.next_attempt_at) } else { "—".into() }}</td>
                         </tr>
                     }
                 }).collect_view()}

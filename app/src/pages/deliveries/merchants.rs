@@ -10,7 +10,9 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use serde::{Deserialize, Serialize};
 
-use super::{error_for, format_instant, state_class, FieldError};
+use super::state_class;
+use crate::model::{error_for, FieldError};
+use crate::format;
 use crate::auth::{error_text, use_role, ForRole, Role};
 
 /// How long the previous secret keeps signing after a rotation, unless the admin says otherwise.
@@ -81,7 +83,7 @@ pub async fn list_merchants() -> Result<Vec<MerchantView>, ServerFnError> {
 fn refused(e: sluice_engine::delivery::ops::OpsError) -> Result<MerchantResult, ServerFnError> {
     use sluice_engine::delivery::ops::OpsError;
     use sluice_engine::delivery::StoreError;
-    let field = |field: &str, message: String| Ok(MerchantResult::Invalid(vec![FieldError { field: field.to_owned(), message }]));
+    let field = |field: &str, message: String| Ok(MerchantResult::Invalid(vec![FieldError::new(field, message)]));
     match e {
         OpsError::EmptyName => field("name", "a merchant needs a name".to_owned()),
         OpsError::Url(e) => field("url", format!("URL refused: {e}")),
@@ -94,7 +96,7 @@ fn refused(e: sluice_engine::delivery::ops::OpsError) -> Result<MerchantResult, 
 #[cfg(feature = "ssr")]
 fn merchant_id(id: &str) -> Result<sluice_engine::delivery::model::MerchantId, MerchantResult> {
     sluice_engine::delivery::model::MerchantId::parse(id)
-        .map_err(|_| MerchantResult::Invalid(vec![FieldError { field: "id".into(), message: format!("'{id}' is not a merchant id") }]))
+        .map_err(|_| MerchantResult::Invalid(vec![FieldError::new("id", format!("'{id}' is not a merchant id"))]))
 }
 
 /// Register a merchant (admin). An empty secret means "generate one"; the
@@ -106,7 +108,7 @@ pub async fn create_merchant(name: String, url: String, scheme: String, secret: 
     let me = crate::ssr::auth::require(Role::Admin).await?;
     let ctx = crate::ssr::context()?;
     let Ok(scheme) = scheme.parse::<sluice_engine::delivery::model::SigningScheme>() else {
-        return Ok(MerchantResult::Invalid(vec![FieldError { field: "scheme".into(), message: "choose sluice or standard_webhooks".into() }]));
+        return Ok(MerchantResult::Invalid(vec![FieldError::new("scheme", "choose sluice or standard_webhooks")]));
     };
     let input = MerchantIn { name, url: url.trim().to_owned(), scheme, secret: secret.filter(|s| !s.is_empty()) };
     match ops::create_merchant(&ctx.deliveries, input, &ctx.ssrf, &ctx.delivery_breaker, ctx.clock.now()).await {
@@ -154,7 +156,7 @@ pub async fn rotate_secret(id: String, overlap_hours: Option<String>) -> Result<
             Ok(h) if h <= 24 * 30 => h,
             _ => {
                 let message = "overlap is a whole number of hours, at most 720".to_owned();
-                return Ok(MerchantResult::Invalid(vec![FieldError { field: "overlap_hours".into(), message }]));
+                return Ok(MerchantResult::Invalid(vec![FieldError::new("overlap_hours", message)]));
             }
         },
     };
@@ -243,7 +245,7 @@ pub fn MerchantsPage() -> impl IntoView {
                                         <td>
                                             {m.scheme.clone()}<br/>
                                             <span class="mono" data-testid="secret-hint">{m.secret_hint.clone()}</span>
-                                            {m.previous_secret_until.map(|t| view! { <br/><span class="muted">"previous secret signs until " {format_instant(t)}</span> })}
+                                            {m.previous_secret_until.map(|t| view! { <br/><span class="muted">"previous secret signs until " {format::date_time_seconds(t)}</span> })}
                                             {admin.then(|| view! {
                                                 <details>
                                                     <summary>"Rotate secret"</summary>
@@ -258,9 +260,9 @@ pub fn MerchantsPage() -> impl IntoView {
                                             })}
                                         </td>
                                         <td><span class=state_class(&m.breaker)>{m.breaker.clone()}</span>
-                                            {m.next_probe_at.map(|t| view! { <br/><span class="muted">"probe " {format_instant(t)}</span> })}</td>
+                                            {m.next_probe_at.map(|t| view! { <br/><span class="muted">"probe " {format::date_time_seconds(t)}</span> })}</td>
                                         <td>{format!("{} attempts, {} failed", m.window_attempts, m.window_failures)}</td>
-                                        <td>{format_instant(m.updated_at)}</td>
+                                        <td>{format::date_time_seconds(m.updated_at)}</td>
                                     </tr>
                                 }
                             }).collect_view()}

@@ -19,26 +19,7 @@ pub use merchants::MerchantsPage;
 
 use serde::{Deserialize, Serialize};
 
-use crate::components::format_ms;
-
-/// "2026-12-02 14:03:07 UTC" from Unix ms: the Users page's format plus
-/// seconds, which matter on a ladder whose first pauses are 1, 2 and 4 s.
-pub fn format_instant(ms: i64) -> String {
-    let minutes = format_ms(ms);
-    format!("{}:{:02} UTC", minutes.trim_end_matches(" UTC"), ms.div_euclid(1000).rem_euclid(60))
-}
-
-/// "1 h 5 min", "42 s": a duration in the largest units that matter.
-pub fn format_duration_ms(ms: i64) -> String {
-    let s = ms.max(0) / 1000;
-    match s {
-        0..=59 => format!("{s} s"),
-        60..=3599 if s % 60 == 0 => format!("{} min", s / 60),
-        60..=3599 => format!("{} min {} s", s / 60, s % 60),
-        _ if s % 3600 == 0 => format!("{} h", s / 3600),
-        _ => format!("{} h {} min", s / 3600, s % 3600 / 60),
-    }
-}
+use crate::format::percent_encode;
 
 /// The deliveries filter exactly as it appears in the page's query string,
 /// so a filtered view is a link. Empty strings mean "any"; the server parses
@@ -98,9 +79,9 @@ impl DeliveryQuery {
     /// `/deliveries?…` for this filter, plus one extra pair (a cursor).
     pub fn href(&self, extra: Option<(&str, &str)>) -> String {
         let mut pairs: Vec<String> =
-            self.values().into_iter().filter_map(|(k, v)| v.map(|v| format!("{k}={}", escape(v)))).collect();
+            self.values().into_iter().filter_map(|(k, v)| v.map(|v| format!("{k}={}", percent_encode(v)))).collect();
         if let Some((k, v)) = extra {
-            pairs.push(format!("{k}={}", escape(v)));
+            pairs.push(format!("{k}={}", percent_encode(v)));
         }
         if pairs.is_empty() {
             "/deliveries".to_owned()
@@ -114,30 +95,6 @@ impl DeliveryQuery {
     }
 }
 
-/// Percent-encode a query value (everything but unreserved characters).
-fn escape(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for b in v.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// One field the server refused, shown next to that field.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FieldError {
-    pub field: String,
-    pub message: String,
-}
-
-/// The message for `field` among `errors`, if any.
-pub fn error_for(errors: &[FieldError], field: &str) -> Option<String> {
-    errors.iter().find(|e| e.field == field).map(|e| e.message.clone())
-}
 
 /// The pill class for a delivery status or a breaker state.
 pub fn state_class(state: &str) -> &'static str {
@@ -152,19 +109,6 @@ pub fn state_class(state: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn instants_carry_seconds() {
-        assert_eq!(format_instant(1_796_220_187_000), "2026-12-02 14:03:07 UTC");
-    }
-
-    #[test]
-    fn durations_use_the_largest_units() {
-        assert_eq!(format_duration_ms(42_000), "42 s");
-        assert_eq!(format_duration_ms(300_000), "5 min");
-        assert_eq!(format_duration_ms(3_900_000), "1 h 5 min");
-        assert_eq!(format_duration_ms(48 * 3_600_000), "48 h");
-    }
 
     #[test]
     fn a_filter_round_trips_through_its_link() {

@@ -4,7 +4,8 @@
 use sluice_engine::clock::Timestamp;
 use sluice_engine::delivery::model::{Cursor, DeliveryFilter, DeliveryId, MerchantId};
 
-use super::{DeliveryQuery, FieldError};
+use super::DeliveryQuery;
+use crate::model::FieldError;
 
 pub use crate::ssr::{audit, set_status};
 
@@ -12,7 +13,7 @@ pub use crate::ssr::{audit, set_status};
 pub fn parse_filter(q: &DeliveryQuery) -> Result<DeliveryFilter, Vec<FieldError>> {
     let mut f = DeliveryFilter::default();
     let mut errors = Vec::new();
-    let mut bad = |field: &str, message: String| errors.push(FieldError { field: field.to_owned(), message });
+    let mut bad = |field: &str, message: String| errors.push(FieldError::new(field, message));
     if let Some(s) = &q.status {
         match s.to_uppercase().parse() {
             Ok(s) => f.status = Some(s),

@@ -58,3 +58,40 @@ impl FieldError {
 pub fn error_for(errors: &[FieldError], field: &str) -> Option<String> {
     errors.iter().find(|e| e.field == field).map(|e| e.message.clone())
 }
+
+/// What a person may do: `viewer` < `support` < `admin` (the engine's roles,
+/// mirrored here because the wasm build does not link the engine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Viewer,
+    Support,
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Support => "support",
+            Role::Admin => "admin",
+        }
+    }
+
+    pub fn allows(self, needed: Role) -> bool {
+        self >= needed
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The signed-in person, as pages see them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionUser {
+    pub username: String,
+    pub role: Role,
+}

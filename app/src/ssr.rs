@@ -5,7 +5,6 @@
 
 pub mod auth;
 pub mod charts;
-pub mod quotas;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -8,7 +8,7 @@ use sluice_engine::users;
 use tower_sessions::Session;
 
 use super::{context, internal, set_status};
-use crate::auth::{Role, SessionUser};
+use crate::model::{Role, SessionUser};
 
 /// Session key holding the signed-in user's id.
 pub const SESSION_USER_ID: &str = "user_id";

@@ -16,7 +16,7 @@ use axum::Router;
 use futures::Stream;
 use serde::Deserialize;
 use sluice_app::ssr::auth::SESSION_USER_ID;
-use sluice_app::ssr::quotas::{table, TableQuery};
+use sluice_app::pages::quotas::server::{table, TableQuery};
 use sluice_app::ssr::AppContext;
 use sluice_engine::users;
 use tower_sessions::Session;

@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
-use super::quotas::{account_quotas, chart_hours, AccountView, BucketTable, QuotasView};
+use super::{account_quotas, chart_hours, AccountView, BucketTable, QuotasView};
 use crate::format::percent_encode;
 use crate::auth::error_text;
 use crate::live::{use_live, LiveIndicator};

@@ -6,6 +6,9 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "ssr")]
+mod server;
+
 use crate::components::{FreshnessClock, StatePill};
 use crate::model::HealthView;
 
@@ -40,7 +43,7 @@ pub struct Attention {
 pub async fn get_attention() -> Result<Attention, ServerFnError> {
     crate::ssr::auth::require(crate::auth::Role::Viewer).await?;
     let ctx = crate::ssr::context()?;
-    crate::ssr::quotas::attention(&ctx).await
+    server::attention(&ctx).await
 }
 
 #[component]

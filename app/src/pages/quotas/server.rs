@@ -9,9 +9,8 @@ use futures::{StreamExt, TryStreamExt};
 use leptos::prelude::ServerFnError;
 use sluice_engine::quota::{BucketKey, RefusalReason};
 
-use super::{internal, AppContext};
-use crate::pages::overview::Attention;
-use crate::pages::quotas::{AccountView, BucketRow, QuotasView, PAGE_SIZE};
+use super::{AccountView, BucketRow, QuotasView, PAGE_SIZE};
+use crate::ssr::{internal, AppContext};
 use crate::ssr::auth::LOGIN_SCOPE;
 
 /// Permits per minute are averaged over this window of history.
@@ -115,7 +114,7 @@ pub async fn account(ctx: &AppContext, account: &str, hours: u32) -> Result<Acco
     let history = |e| internal("reading quota history", e);
     let points = ctx.history.series(account, since).await.map_err(history)?;
     let slots = ctx.history.slots_since(since).await.map_err(history)?;
-    let charts = super::charts::account_charts(&points, &slots, since.as_millis(), now.as_millis());
+    let charts = crate::ssr::charts::account_charts(&points, &slots, since.as_millis(), now.as_millis());
     Ok(AccountView {
         account: account.to_owned(),
         hours,
@@ -123,27 +122,5 @@ pub async fn account(ctx: &AppContext, account: &str, hours: u32) -> Result<Acco
         usage_svg: charts.usage,
         penalties_svg: charts.penalties,
         table,
-    })
-}
-
-/// The Overview's "where to look" numbers: breakers, FAILED deliveries and
-/// the quota history's last hour.
-pub async fn attention(ctx: &AppContext) -> Result<Attention, ServerFnError> {
-    let now = ctx.clock.now();
-    let open_breakers = ctx.deliveries.open_breakers().await.map_err(|e| internal("reading breakers", e))?.len();
-    let counts = ctx.deliveries.status_counts().await.map_err(|e| internal("counting deliveries", e))?;
-    let hour = ctx
-        .history
-        .totals_since(now - Duration::from_secs(3600))
-        .await
-        .map_err(|e| internal("reading quota history", e))?;
-    Ok(Attention {
-        open_breakers: open_breakers as u64,
-        failed_deliveries: counts.failed,
-        penalties_1h: hour.penalties,
-        refusals_1h: hour.refusals,
-        grants_1h: hour.grants,
-        wait_p95_ms_1h: if hour.grants == 0 { None } else { hour.wait_percentile(0.95).map(ms) },
-        history_slots: hour.slots,
     })
 }

@@ -1,16 +1,24 @@
-//! Quotas: every (account, rule) bucket with its usage and counters, searched
-//! by account (`?account=`, a plain GET form, so it works without
-//! JavaScript) and paged. Once hydrated the table follows the server-sent
-//! stream `GET /ui/stream/quotas` and pauses while the tab is hidden.
+//! The Quotas pages: every (account, rule) bucket with its usage and
+//! counters ([`list`], `/quotas`), and one account's buckets with charts of
+//! usage and 429 penalties over time ([`account`], `/quotas/{account}`).
+//!
+//! This module holds what both pages share: the wire types, the server
+//! functions and the bucket table. Numbers are read on the server by
+//! [`server`] (ssr only), which the live stream (`GET /ui/stream/quotas`)
+//! uses too, so a streamed update and a server-rendered page agree.
+
+mod account;
+mod list;
+#[cfg(feature = "ssr")]
+pub mod server;
+
+pub use account::QuotaAccountPage;
+pub use list::QuotasPage;
 
 use leptos::prelude::*;
-use leptos_meta::Title;
-use leptos_router::hooks::use_query_map;
 use serde::{Deserialize, Serialize};
 
-use crate::auth::error_text;
 use crate::format;
-use crate::live::{use_live, LiveIndicator};
 
 /// Rows per page: a page's numbers cost two store reads per row.
 pub const PAGE_SIZE: usize = 50;
@@ -80,8 +88,8 @@ pub struct AccountView {
 pub async fn list_quotas(account: Option<String>, page: Option<u32>) -> Result<QuotasView, ServerFnError> {
     crate::ssr::auth::require(crate::auth::Role::Viewer).await?;
     let ctx = crate::ssr::context()?;
-    let q = crate::ssr::quotas::TableQuery::parse(account.as_deref(), false, page);
-    crate::ssr::quotas::table(&ctx, &q).await
+    let q = server::TableQuery::parse(account.as_deref(), false, page);
+    server::table(&ctx, &q).await
 }
 
 /// Charts cover 1, 6 or 24 hours.
@@ -97,7 +105,7 @@ pub fn chart_hours(asked: Option<u32>) -> u32 {
 pub async fn account_quotas(account: String, hours: Option<u32>) -> Result<AccountView, ServerFnError> {
     crate::ssr::auth::require(crate::auth::Role::Viewer).await?;
     let ctx = crate::ssr::context()?;
-    crate::ssr::quotas::account(&ctx, account.trim(), chart_hours(hours)).await
+    server::account(&ctx, account.trim(), chart_hours(hours)).await
 }
 
 fn quotas_url(account: &str, page: u32) -> String {
@@ -106,78 +114,6 @@ fn quotas_url(account: &str, page: u32) -> String {
         (true, p) => format!("/quotas?page={p}"),
         (false, 1) => format!("/quotas?account={}", format::percent_encode(account)),
         (false, p) => format!("/quotas?account={}&page={p}", format::percent_encode(account)),
-    }
-}
-
-#[component]
-pub fn QuotasPage() -> impl IntoView {
-    let query = use_query_map();
-    let search = Memo::new(move |_| {
-        query.with(|q| (q.get("account").unwrap_or_default(), q.get("page").and_then(|p| p.parse::<u32>().ok())))
-    });
-    let data = Resource::new(move || search.get(), |(account, page)| list_quotas(Some(account), page));
-    // Updates from the stream replace the server-rendered page.
-    let latest = RwSignal::new(None::<QuotasView>);
-    let stream_url = Memo::new(move |_| {
-        let (account, page) = search.get();
-        format!("/ui/stream/quotas?account={}&page={}", format::percent_encode(&account), page.unwrap_or(1))
-    });
-    Effect::new(move |_| {
-        search.track();
-        latest.set(None);
-    });
-    let live = use_live(stream_url, "quotas", move |v: QuotasView| latest.set(Some(v)));
-
-    view! {
-        <Title text="Quotas"/>
-        <header class="page-header">
-            <h1>"Quotas"</h1>
-            <LiveIndicator live/>
-        </header>
-        <form class="search" method="get" action="/quotas" role="search">
-            <label for="account-search">"Account"</label>
-            <input id="account-search" type="search" name="account" placeholder="part of an account name"
-                value=move || search.get().0/>
-            <button type="submit">"Search"</button>
-        </form>
-        <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
-            {move || {
-                let shown = latest.get().map(Ok).or_else(|| data.get());
-                shown.map(|r| match r {
-                    Ok(v) => view! { <QuotasTable view=v/> }.into_any(),
-                    Err(e) => view! { <p class="error">"Could not read the quotas: " {error_text(&e)}</p> }.into_any(),
-                })
-            }}
-        </Transition>
-    }
-}
-
-#[component]
-fn QuotasTable(view: QuotasView) -> impl IntoView {
-    let QuotasView { account, page, pages, total, rows, quota_mode, .. } = view;
-    let degraded = quota_mode != "healthy";
-    let prev = (page > 1).then(|| quotas_url(&account, page - 1));
-    let next = (page < pages).then(|| quotas_url(&account, page + 1));
-    let first = (page as usize - 1) * PAGE_SIZE + 1;
-    let last = first + rows.len() - usize::from(!rows.is_empty());
-    view! {
-        <Show when=move || degraded>
-            <p class="pill warn" data-testid="quota-mode">"quota store " {quota_mode.clone()}</p>
-        </Show>
-        <p class="muted" data-testid="quota-count">
-            {if total == 0 {
-                if account.is_empty() { "No buckets yet: they appear with the first permit.".to_owned() }
-                else { format!("No bucket of an account matching “{account}”.") }
-            } else {
-                format!("{first}–{last} of {total} buckets")
-            }}
-        </p>
-        <BucketTable rows link_accounts=true/>
-        <nav class="pager">
-            {prev.map(|href| view! { <a href=href rel="prev">"← previous"</a> })}
-            <span class="muted">{format!("page {page} of {pages}")}</span>
-            {next.map(|href| view! { <a href=href rel="next">"next →"</a> })}
-        </nav>
     }
 }
 

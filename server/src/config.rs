@@ -6,7 +6,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use figment::providers::{Format, Serialized, Toml};
+use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 use sluice_engine::db::Backend;
@@ -102,42 +102,42 @@ pub enum ConfigError {
 }
 
 impl Settings {
-    /// Read defaults, then `file` (if given; it must exist), then the environment.
+    /// Read defaults, then `file` (if given; it must exist), then the
+    /// environment: `DATABASE_URL` and `REDIS_URL`, then every `SLUICE_*`
+    /// variable (which win). Values parse as figment reads environment
+    /// variables: `4` is a number, `true` a bool, `"4"` (quoted) a string.
     pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
-        Self::load_from(file, std::env::vars())
+        let figment = Self::files(file)?
+            .merge(Env::raw().only(&["database_url", "redis_url"]))
+            .merge(Env::prefixed("SLUICE_").ignore(&["config"]));
+        Self::extract(figment)
     }
 
-    /// As [`Settings::load`], with the environment passed in (for tests).
-    pub fn load_from(
+    /// Defaults, then `file`, then `overrides` by setting name (`listen`,
+    /// `redis_prefix`, …), in place of the environment: for tests, which run
+    /// many differently configured instances in one process.
+    pub fn load_with(
         file: Option<&Path>,
-        env: impl IntoIterator<Item = (String, String)>,
+        overrides: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Settings, ConfigError> {
+        let overrides: serde_json::Map<String, serde_json::Value> =
+            overrides.into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect();
+        Self::extract(Self::files(file)?.merge(Serialized::defaults(serde_json::Value::Object(overrides))))
+    }
+
+    /// The compiled-in defaults and the operator's file.
+    fn files(file: Option<&Path>) -> Result<Figment, ConfigError> {
         let mut figment = Figment::from(Toml::string(DEFAULTS));
         if let Some(path) = file {
             let text = std::fs::read_to_string(path)
                 .map_err(|source| ConfigError::File { path: path.to_owned(), source })?;
             figment = figment.merge(Toml::string(&text));
         }
-        let env: Vec<(String, String)> = env.into_iter().collect();
-        // The conventional names first, so an explicit SLUICE_ variable wins.
-        let mut conventional = serde_json::Map::new();
-        for (name, key) in [("DATABASE_URL", "database_url"), ("REDIS_URL", "redis_url")] {
-            if let Some((_, v)) = env.iter().find(|(k, _)| k == name) {
-                conventional.insert(key.to_owned(), serde_json::Value::String(v.clone()));
-            }
-        }
-        figment = figment.merge(Serialized::defaults(serde_json::Value::Object(conventional)));
-        let prefixed: Vec<(String, String)> = env
-            .into_iter()
-            .filter_map(|(k, v)| k.strip_prefix("SLUICE_").map(|k| (k.to_ascii_lowercase(), v)))
-            .filter(|(k, _)| k != "config")
-            .collect();
-        let mut from_env = serde_json::Map::new();
-        for (k, v) in prefixed {
-            // Numbers arrive as strings; figment's lenient parsing turns them back.
-            from_env.insert(k, serde_json::Value::String(v));
-        }
-        figment = figment.merge(Serialized::defaults(serde_json::Value::Object(from_env)));
+        Ok(figment)
+    }
+
+    fn extract(figment: Figment) -> Result<Settings, ConfigError> {
+        // Lossy: numbers and flags given as strings (overrides) are read as such.
         let raw: RawSettings = figment.extract_lossy().map_err(|e| ConfigError::Malformed(Box::new(e)))?;
         raw.validate()
     }
@@ -311,11 +311,9 @@ impl fmt::Debug for Settings {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use figment::Jail;
 
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-    }
+    use super::*;
 
     fn invalid(result: Result<Settings, ConfigError>) -> String {
         match result {
@@ -325,9 +323,24 @@ mod tests {
         }
     }
 
+    /// `Settings::load` in a jail: the process environment holds exactly
+    /// `vars` (figment's `Jail` restores it afterwards and runs one at a time).
+    fn load_env(file: Option<&Path>, vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        let mut out = None;
+        Jail::expect_with(|jail| {
+            jail.clear_env();
+            for (k, v) in vars {
+                jail.set_env(k, v);
+            }
+            out = Some(Settings::load(file));
+            Ok(())
+        });
+        out.expect("the jail ran")
+    }
+
     #[test]
     fn defaults_give_the_embedded_mode_on_localhost() {
-        let s = Settings::load_from(None, env(&[])).expect("defaults are valid");
+        let s = load_env(None, &[]).expect("defaults are valid");
         assert_eq!(s.listen, "127.0.0.1:3000".parse().expect("addr"));
         assert_eq!(s.database_url, "sqlite://data/sluice.db?mode=rwc");
         assert_eq!(s.redis_url, None);
@@ -336,15 +349,17 @@ mod tests {
 
     #[test]
     fn environment_overrides_the_defaults_and_sluice_names_win() {
-        let s = Settings::load_from(
+        let s = load_env(
             None,
-            env(&[
+            &[
                 ("SLUICE_LISTEN", "127.0.0.1:0"),
                 ("DATABASE_URL", "postgres://a@h/db"),
                 ("REDIS_URL", "redis://127.0.0.1:6379"),
                 ("SLUICE_REDIS_URL", "redis://127.0.0.1:6380"),
                 ("SLUICE_DATABASE_MAX_CONNECTIONS", "4"),
-            ]),
+                // Not a setting: ignored, not an error.
+                ("SLUICE_TEST_POSTGRES_URL", "postgres://elsewhere/db"),
+            ],
         )
         .expect("valid");
         assert_eq!(s.listen.port(), 0);
@@ -355,16 +370,16 @@ mod tests {
 
     #[test]
     fn a_port_out_of_range_is_named_with_its_key() {
-        let msg = invalid(Settings::load_from(None, env(&[("SLUICE_LISTEN", "127.0.0.1:70000")])));
+        let msg = invalid(load_env(None, &[("SLUICE_LISTEN", "127.0.0.1:70000")]));
         assert!(msg.contains("listen (SLUICE_LISTEN)"), "{msg}");
         assert!(msg.contains("127.0.0.1:70000"), "{msg}");
     }
 
     #[test]
     fn bad_urls_are_refused_with_a_reason_and_every_error_is_listed() {
-        let msg = invalid(Settings::load_from(
+        let msg = invalid(load_env(
             None,
-            env(&[("DATABASE_URL", "mysql://u:hunter2@h/db"), ("REDIS_URL", "not a url"), ("SLUICE_LOG_FORMAT", "xml")]),
+            &[("DATABASE_URL", "mysql://u:hunter2@h/db"), ("REDIS_URL", "not a url"), ("SLUICE_LOG_FORMAT", "xml")],
         ));
         assert!(msg.contains("unsupported scheme"), "{msg}");
         assert!(msg.contains("redis_url (REDIS_URL): not a valid URL"), "{msg}");
@@ -374,7 +389,7 @@ mod tests {
 
     #[test]
     fn a_missing_config_file_is_an_error_not_a_silent_default() {
-        let err = Settings::load_from(Some(Path::new("/nonexistent/sluice.toml")), env(&[])).expect_err("missing file");
+        let err = load_env(Some(Path::new("/nonexistent/sluice.toml")), &[]).expect_err("missing file");
         assert!(err.to_string().contains("/nonexistent/sluice.toml"), "{err}");
     }
 
@@ -383,34 +398,40 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("s.toml");
         std::fs::write(&path, "listen = \"127.0.0.1:4000\"\nredis_prefix = \"blue\"\n").expect("write");
-        let s = Settings::load_from(Some(&path), env(&[("SLUICE_REDIS_PREFIX", "green")])).expect("valid");
+        let s = load_env(Some(&path), &[("SLUICE_REDIS_PREFIX", "green")]).expect("valid");
         assert_eq!(s.listen.port(), 4000);
         assert_eq!(s.redis_prefix, "green");
+        let s = Settings::load_with(Some(&path), [("redis_prefix".to_owned(), "red".to_owned())]).expect("valid");
+        assert_eq!((s.listen.port(), s.redis_prefix.as_str()), (4000, "red"));
     }
 
     #[test]
-    fn a_number_that_is_not_a_number_is_malformed() {
-        let err = Settings::load_from(None, env(&[("SLUICE_DATABASE_MAX_CONNECTIONS", "many")])).expect_err("bad");
+    fn a_number_that_is_not_a_number_is_malformed_and_names_its_variable() {
+        let err = load_env(None, &[("SLUICE_DATABASE_MAX_CONNECTIONS", "many")]).expect_err("bad");
+        // figment names the variable: key "DATABASE_MAX_CONNECTIONS" in `SLUICE_` environment variable(s).
+        let msg = err.to_string();
+        assert!(msg.contains("DATABASE_MAX_CONNECTIONS") && msg.contains("SLUICE_"), "{msg}");
+        let err = Settings::load_with(None, [("database_max_connections".to_owned(), "many".to_owned())]).expect_err("bad");
         assert!(err.to_string().contains("database_max_connections"), "{err}");
     }
 
     #[test]
     fn store_down_policy_and_allow_list_are_validated() {
-        let s = Settings::load_from(
+        let s = load_env(
             None,
-            env(&[
+            &[
                 ("SLUICE_QUOTA_STORE_DOWN", "local_fallback"),
                 ("SLUICE_QUOTA_EXPECTED_INSTANCES", "4"),
                 ("SLUICE_DELIVERY_ALLOW_NETWORKS", "127.0.0.0/8, ::1/128"),
-            ]),
+            ],
         )
         .expect("valid");
         assert_eq!(s.quota_store_down, StorePolicy::LocalFallback { expected_instances: 4 });
         let expected: Vec<ipnet::IpNet> = ["127.0.0.0/8", "::1/128"].iter().map(|c| c.parse().expect("cidr")).collect();
         assert_eq!(s.delivery_allow_networks, expected);
-        let msg = invalid(Settings::load_from(
+        let msg = invalid(load_env(
             None,
-            env(&[("SLUICE_QUOTA_STORE_DOWN", "yolo"), ("SLUICE_DELIVERY_ALLOW_NETWORKS", "10.0.0.0/33")]),
+            &[("SLUICE_QUOTA_STORE_DOWN", "yolo"), ("SLUICE_DELIVERY_ALLOW_NETWORKS", "10.0.0.0/33")],
         ));
         assert!(msg.contains("quota_store_down"), "{msg}");
         assert!(msg.contains("'10.0.0.0/33' is not a CIDR"), "{msg}");
@@ -418,7 +439,7 @@ mod tests {
 
     #[test]
     fn debug_output_redacts_passwords() {
-        let s = Settings::load_from(None, env(&[("DATABASE_URL", "postgres://u:hunter2@h/db")])).expect("valid");
+        let s = load_env(None, &[("DATABASE_URL", "postgres://u:hunter2@h/db")]).expect("valid");
         let shown = format!("{s:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("u:****@h"), "{shown}");

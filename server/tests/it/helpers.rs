@@ -117,7 +117,10 @@ pub async fn spawn_app_with(mode: Mode, extra: &[(&str, &str)]) -> TestApp {
         env.push(("REDIS_URL".into(), test_redis_url()));
     }
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let settings = Settings::load_from(None, env).expect("test settings are valid");
+    // Settings by the names operators use in the environment (`SLUICE_LISTEN`,
+    // `DATABASE_URL`), given to this instance alone: tests run many at once.
+    let overrides = env.into_iter().map(|(k, v)| (k.strip_prefix("SLUICE_").unwrap_or(&k).to_ascii_lowercase(), v));
+    let settings = Settings::load_with(None, overrides).expect("test settings are valid");
     let app = Application::build(settings).await.expect("application builds");
     let address = app.address();
     let (stop, stopped) = oneshot::channel::<()>();

@@ -2,8 +2,9 @@
 //!
 //! PostgreSQL: a fresh database named `sluice_t_<ulid>` is created on the
 //! server named by `SLUICE_TEST_POSTGRES_URL` (default
-//! `postgres://postgres@127.0.0.1:5432/postgres`) and migrated. The test
-//! command drops leftovers of earlier runs (`scripts/test.sh`).
+//! `postgres://postgres@127.0.0.1:5432/postgres`), migrated, and dropped
+//! when the handle drops (the test command also drops leftovers of runs that
+//! were killed half way, `scripts/test.sh`).
 //! SQLite: a file in a temporary directory removed when the handle drops.
 //!
 //! Tests fail, rather than skip, when PostgreSQL is unreachable: a skipped
@@ -28,6 +29,36 @@ pub struct TestDb {
     /// The URL other processes (a spawned `sluice`, a worker) can use.
     pub url: String,
     _dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for TestDb {
+    /// Drop a PostgreSQL test database with the test, so runs leave nothing
+    /// behind. `WITH (FORCE)` ends the connections still open (this handle's
+    /// pool, an app that shares it). Runs on a thread of its own: a drop may
+    /// happen inside a runtime, which cannot be blocked on from within.
+    fn drop(&mut self) {
+        if self._dir.is_some() {
+            return;
+        }
+        let Some(name) = self.url.rsplit('/').next().map(|n| n.split('?').next().unwrap_or(n).to_owned()) else {
+            return;
+        };
+        if !name.starts_with("sluice_t_") {
+            return;
+        }
+        let admin_url = test_postgres_url();
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            runtime.block_on(async {
+                let mut admin = sqlx::AnyConnection::connect(&admin_url).await.ok()?;
+                sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut admin).await.ok()?;
+                admin.close().await.ok()
+            })
+        })
+        .join();
+        // A database that could not be dropped is left to the test command's sweep.
+        let _ = dropped;
+    }
 }
 
 impl Deref for TestDb {

@@ -218,9 +218,12 @@ def test_the_retry_helper_gives_up_with_the_executors_reasons(sluice: Sluice, ad
         call(sluice, Target(scope="nobody_has_this_scope", path="/x"), server.send())
     assert gave_up.value.reason == "no_rule"
 
+    # The budget is checked once the permit is in hand: a clock that moved
+    # past it by then gives up before sending.
+    ticks = iter([0.0, 10.0])
     with pytest.raises(GaveUp) as gave_up:
-        call(sluice, target, server.send(), policy=RetryPolicy(total_budget_ms=1, base_delay_ms=1))
-    assert gave_up.value.reason == "budget_exhausted"
+        call(sluice, target, server.send(), policy=RetryPolicy(total_budget_ms=1_000), now=lambda: next(ticks))
+    assert (gave_up.value.reason, server.requests) == ("budget_exhausted", 1)
 
 
 def _has_route(path: str) -> bool:

@@ -145,10 +145,15 @@ test("the retry helper gives up with the executor's reasons", { skip }, async ()
   assert.equal(server.requests(), 1);
 
   await assert.rejects(sluice.call({ scope: "nobody_has_this_scope", path: "/x" }, server.send), (e: unknown) => e instanceof GaveUp && e.reason === "no_rule");
+  // The budget is checked once the permit is in hand: a clock that moved
+  // past it by then gives up before sending.
+  const ticks = [0, 10_000];
+  const late = new Sluice(URL, process.env.SLUICE_WORKER_TOKEN ?? "", { now: () => ticks.shift() ?? 10_000 });
   await assert.rejects(
-    sluice.call(target, server.send, { policy: { maxAttempts: 3, baseDelayMs: 1, totalBudgetMs: 1 } }),
+    late.call(target, server.send, { policy: { maxAttempts: 3, baseDelayMs: 1, totalBudgetMs: 1000 } }),
     (e: unknown) => e instanceof GaveUp && e.reason === "budget_exhausted",
   );
+  assert.equal(server.requests(), 1);
 });
 
 test("the upstream breaker opens after five reported failures and permits are refused", { skip }, async (t) => {

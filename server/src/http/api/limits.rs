@@ -127,6 +127,7 @@ pub async fn create_limit(State(state): State<AppState>, AdminCaller(caller): Ad
     params(("id" = String, Path, description = "Rule id")),
     responses((status = 200, description = "Replaced", body = Object),
         (status = 404, description = "No such rule", body = ErrorOut),
+        (status = 409, description = "Another rule has this scope, method and path", body = ErrorOut),
         (status = 422, description = "Invalid rule", body = ValidationErrorOut),
         (status = 403, description = "Needs an admin token", body = ErrorOut)))]
 pub async fn update_limit(

@@ -94,13 +94,14 @@ fuzz() {
   local name="$1" token
   for token in "$ADMIN_TOKEN" "$WORKER_TOKEN"; do
     log "schemathesis ($name, ${token:0:4}… token)"
-    "$VENV/bin/schemathesis" run "$URL/api/openapi.json" \
+    # From the artifacts directory: schemathesis keeps its cache in the working directory.
+    (cd "$ARTIFACTS" && "$VENV/bin/schemathesis" run "$URL/api/openapi.json" \
       --checks not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance \
       --phases examples,coverage,fuzzing \
       --max-examples "$EXAMPLES" --seed "$SEED" --workers 2 \
       --header "Authorization: Bearer $token" \
       --report junit --report-junit-path "$ARTIFACTS/schemathesis-$name.xml" \
-      --output-truncate false
+      --output-truncate false)
   done
 }
 

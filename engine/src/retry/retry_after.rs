@@ -164,6 +164,9 @@ mod tests {
         let now = Timestamp::from_secs(1_767_225_600); // 2026-01-01T00:00:00Z
         // 2026-01-02 was a Friday.
         assert_eq!(parse_retry_after("Friday, 02-Jan-26 00:00:00 GMT", now), Ok(Duration::from_secs(86_400)));
+        // "75" is 2075 (a Tuesday), far ahead: capped. A fixed pivot reads 1975, long past.
+        assert_eq!(parse_retry_after("Tuesday, 01-Jan-75 00:00:00 GMT", now), Ok(MAX_RETRY_AFTER));
+        assert_eq!(parse_retry_after("Wednesday, 01-Jan-75 00:00:00 GMT", now), Err(InvalidRetryAfter));
     }
 
     #[test]

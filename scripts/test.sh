@@ -43,5 +43,6 @@ build_site
 log "building and running the Rust tests"
 cargo test --workspace --no-fail-fast --locked 2>&1
 
+bash "$ROOT/scripts/contract.sh"
 SLUICE_E2E_SKIP_SITE=1 bash "$ROOT/scripts/e2e.sh"
 log "all tests passed"

@@ -79,6 +79,12 @@ pub async fn connect_and_migrate(settings: &Settings) -> anyhow::Result<Db> {
 
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Application> {
+        Application::build_with_clock(settings, Arc::new(SystemClock)).await
+    }
+
+    /// [`Application::build`] with the clock every part reads (the limiter,
+    /// the API's `Retry-After` dates, the workers); tests pass a `ManualClock`.
+    pub async fn build_with_clock(settings: Settings, clock: SharedClock) -> anyhow::Result<Application> {
         let db = connect_and_migrate(&settings).await?;
         let redis = match &settings.redis_url {
             Some(url) => Some(Arc::new(RedisProbe::new(
@@ -86,7 +92,6 @@ impl Application {
             ))),
             None => None,
         };
-        let clock: SharedClock = Arc::new(SystemClock);
         let store = build_quota_store(&settings, &clock);
         // Connect to Redis (if configured) before serving: the lazy store fails a
         // call made while its first connect is in flight as if Redis were down,

@@ -80,6 +80,8 @@ pub enum ModelError {
     BadId { kind: &'static str, value: String },
     #[error("{value:?} is not a valid {kind}")]
     BadValue { kind: &'static str, value: String },
+    #[error("{field}: {message}")]
+    InvalidField { field: &'static str, message: &'static str },
 }
 
 macro_rules! text_enum {
@@ -247,20 +249,29 @@ pub struct EventIn {
 }
 
 impl EventIn {
-    /// Intake's checks: a type and an idempotency key of sane length, and a
-    /// payload that is a JSON object.
-    pub fn validate(&self) -> Result<(), ModelError> {
-        let bad = |kind: &'static str, value: &str| Err(ModelError::BadValue { kind, value: value.chars().take(80).collect() });
+    /// Intake's checks, every invalid field at once as (field, what is wrong):
+    /// a type and an idempotency key of sane length, and a payload that is a
+    /// JSON object.
+    pub fn invalid_fields(&self) -> Vec<(&'static str, &'static str)> {
+        let mut invalid = Vec::new();
         if self.event_type.is_empty() || self.event_type.len() > 128 || self.event_type.chars().any(char::is_whitespace) {
-            return bad("event type", &self.event_type);
+            invalid.push(("event_type", "must be 1–128 characters without whitespace"));
         }
         if self.idempotency_key.is_empty() || self.idempotency_key.len() > 255 {
-            return bad("idempotency key", &self.idempotency_key);
+            invalid.push(("idempotency_key", "must be 1–255 bytes"));
         }
         if !self.payload.is_object() {
-            return bad("payload (must be a JSON object)", &self.payload.to_string());
+            invalid.push(("payload", "must be a JSON object"));
         }
-        Ok(())
+        invalid
+    }
+
+    /// The first of [`EventIn::invalid_fields`], as an error.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        match self.invalid_fields().first() {
+            Some(&(field, message)) => Err(ModelError::InvalidField { field, message }),
+            None => Ok(()),
+        }
     }
 }
 

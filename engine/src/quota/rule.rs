@@ -240,6 +240,16 @@ impl RuleError {
             RuleError::Note => "note",
         }
     }
+
+    /// What is wrong, without the field's name (`must be at least 1`): what a
+    /// form shows next to the field, and the API next to its name.
+    pub fn message(&self) -> String {
+        let full = self.to_string();
+        match full.strip_prefix(self.field()).and_then(|rest| rest.strip_prefix(": ")) {
+            Some(message) => message.to_owned(),
+            None => full,
+        }
+    }
 }
 
 const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];

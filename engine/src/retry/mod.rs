@@ -2,7 +2,8 @@
 //! through the shared-quota limiter and the upstream breaker every time.
 //!
 //! - [`outcome`]: 2xx / 429 / 5xx / network / non-retryable.
-//! - [`retry_after`]: RFC 9110 `Retry-After` (seconds and all three date forms).
+//! - [`retry_after`]: RFC 9110 `Retry-After` (seconds and all three date forms),
+//!   the one parser of the header, also used by the HTTP API.
 //! - [`policy`]: the validated [`RetryPolicy`] and the pure delay function.
 //! - [`gate`]: what the executor needs from the limiter ([`QuotaGate`]);
 //!   [`quota_gate`] implements it for the shared-quota [`Limiter`](crate::quota::Limiter).
@@ -33,6 +34,8 @@ pub mod outcome;
 pub mod policy;
 pub mod quota_gate;
 pub mod retry_after;
+#[cfg(any(test, feature = "testing"))]
+pub mod retry_after_cases;
 
 pub use executor::{
     Call, Completed, GiveUpReason, LastAttempt, RetryError, RetryExecutor, SendAttempt, TransportError,

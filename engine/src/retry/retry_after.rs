@@ -1,17 +1,23 @@
 //! `Retry-After` (RFC 9110 §10.2.3): either delay-seconds or an HTTP-date.
 //!
+//! The one parser of the header in Sluice: the retry executor, the reqwest
+//! middleware (through the executor) and the penalties endpoint of the HTTP
+//! API all call [`parse_retry_after`], so a Rust worker and a worker in any
+//! other language reporting the same 429 get the same penalty.
+//!
 //! HTTP dates are parsed by the `httpdate` crate, which accepts all three forms
 //! RFC 9110 §5.6.7 requires recipients to accept (IMF-fixdate, RFC 850 and
 //! asctime) and checks that the weekday matches the date. One gap is covered
 //! here: for the two-digit year of the RFC 850 form, `httpdate` uses a fixed
 //! pivot (`< 70` means 20xx) while RFC 9110 says a year that appears to be more
 //! than 50 years in the future means the most recent past year with the same
-//! last two digits. We rewrite RFC 850 dates to IMF-fixdate with the century
-//! RFC 9110 picks, relative to `now`, before handing them to `httpdate`.
+//! last two digits (so a year up to 50 years ahead is read as in the future).
+//! We rewrite RFC 850 dates to IMF-fixdate with the century RFC 9110 picks,
+//! relative to `now`, before handing them to `httpdate`.
 //!
-//! Invalid values yield `None` (the caller falls back to its policy delay);
-//! dates in the past yield zero; delay-seconds too large for a `u64` saturate,
-//! and the caller caps every value by its wait ceiling.
+//! Invalid values are an error (the executor falls back to its policy delay;
+//! the API answers 422); dates in the past mean zero; every value is capped at
+//! [`MAX_RETRY_AFTER`].
 
 use std::time::{Duration, SystemTime};
 
@@ -20,28 +26,42 @@ use crate::clock::Timestamp;
 /// The header's name, lower-case as `http` spells it.
 pub const RETRY_AFTER: &str = "retry-after";
 
-/// How long the upstream asks us to wait, measured from `now`.
-///
-/// `None` for a value that is neither delay-seconds nor a valid HTTP-date.
-pub fn parse_retry_after(value: &str, now: Timestamp) -> Option<Duration> {
+/// The longest `Retry-After` believed: a week. Longer values (a date in 2099,
+/// delay-seconds past `u64`) are a broken upstream or a typo; believed whole
+/// they would silence a bucket for decades, so they are capped here, once, for
+/// every caller. The executor caps its pauses further by the wait ceiling.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(7 * 86_400);
+
+/// A `Retry-After` value that is neither delay-seconds nor an HTTP-date.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "must be delay-seconds (a whole number of seconds, e.g. 120) or an HTTP-date \
+     (e.g. Sun, 06 Nov 1994 08:49:37 GMT), as RFC 9110 defines Retry-After"
+)]
+pub struct InvalidRetryAfter;
+
+/// How long the upstream asks us to wait, measured from `now`, at most
+/// [`MAX_RETRY_AFTER`].
+pub fn parse_retry_after(value: &str, now: Timestamp) -> Result<Duration, InvalidRetryAfter> {
     let value = value.trim_matches(|c| c == ' ' || c == '\t');
     if value.is_empty() {
-        return None;
+        return Err(InvalidRetryAfter);
     }
-    if value.bytes().all(|b| b.is_ascii_digit()) {
+    let wait = if value.bytes().all(|b| b.is_ascii_digit()) {
         // delay-seconds = 1*DIGIT; anything longer than u64 is "very long".
-        let secs = value.parse::<u64>().unwrap_or(u64::MAX);
-        return Some(Duration::from_secs(secs));
-    }
-    let at = parse_http_date(value, now)?;
-    Some(Timestamp::from_system_time(at).saturating_duration_since(now))
+        Duration::from_secs(value.parse::<u64>().unwrap_or(u64::MAX))
+    } else {
+        let at = parse_http_date(value, now).ok_or(InvalidRetryAfter)?;
+        Timestamp::from_system_time(at).saturating_duration_since(now)
+    };
+    Ok(wait.min(MAX_RETRY_AFTER))
 }
 
 /// `Retry-After` read from a header map; absent, non-UTF-8 or invalid values
 /// give `None`.
 pub fn retry_after_from_headers(headers: &http::HeaderMap, now: Timestamp) -> Option<Duration> {
     let value = headers.get(RETRY_AFTER)?.to_str().ok()?;
-    parse_retry_after(value, now)
+    parse_retry_after(value, now).ok()
 }
 
 fn parse_http_date(value: &str, now: Timestamp) -> Option<SystemTime> {
@@ -79,16 +99,18 @@ fn rfc850_as_imf_fixdate(value: &str, now: Timestamp) -> Option<String> {
     Some(format!("{short}, {day} {month} {year} {time}"))
 }
 
-/// The most recent year ending in `yy` that is not more than 50 years after
-/// `current_year`.
+/// The year ending in `yy` that lies in `(current_year − 50, current_year + 50]`:
+/// up to 50 years ahead is read as the future, anything further ahead as the
+/// most recent past year with those last two digits (RFC 9110 §5.6.7).
 fn rfc9110_year(yy: i64, current_year: i64) -> i64 {
     let century = current_year - current_year.rem_euclid(100);
-    let candidate = century + yy;
-    if candidate > current_year + 50 {
-        candidate - 100
-    } else {
-        candidate
+    let mut year = century + yy;
+    if year > current_year + 50 {
+        year -= 100;
+    } else if year <= current_year - 50 {
+        year += 100;
     }
+    year
 }
 
 /// The Gregorian year of `now` (UTC).
@@ -108,85 +130,43 @@ fn civil_year(now: Timestamp) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// 1994-11-06T08:47:37Z: two minutes before the RFC 9110 example date.
-    fn two_minutes_before_the_example() -> Timestamp {
-        Timestamp::from_secs(784_111_657)
-    }
+    use crate::retry::retry_after_cases::{CASES, NOW};
 
     #[test]
-    fn rfc9110_examples_parse_in_every_form() {
-        let now = two_minutes_before_the_example();
-        let table = [
-            ("Sun, 06 Nov 1994 08:49:37 GMT", Some(120)),
-            ("Sunday, 06-Nov-94 08:49:37 GMT", Some(120)),
-            ("Sun Nov  6 08:49:37 1994", Some(120)),
-            ("120", Some(120)),
-            ("0", Some(0)),
-            ("  120 ", Some(120)),
-        ];
-        for (value, want) in table {
-            assert_eq!(parse_retry_after(value, now), want.map(Duration::from_secs), "{value:?}");
+    fn every_value_in_the_shared_table_means_what_the_table_says() {
+        for case in CASES {
+            let got = parse_retry_after(case.value, NOW).ok();
+            assert_eq!(got, case.wait_secs.map(Duration::from_secs), "{:?}", case.value);
         }
     }
 
     #[test]
-    fn garbage_values_are_ignored() {
-        let now = two_minutes_before_the_example();
-        for value in [
-            "-1",
-            "1.5",
-            "",
-            "   ",
-            "abc",
-            "+5",
-            "1e3",
-            "0x10",
-            "Mon, 06 Nov 1994 08:49:37 GMT", // wrong weekday
-            "Sun, 06 Nov 1994 08:49:37 UTC",
-            "Sun, 31 Feb 1994 08:49:37 GMT",
-            "Sunday, 06-Nov-1994 08:49:37 GMT",
-            "Sun, 06 Nov 1994 25:49:37 GMT",
-        ] {
-            assert_eq!(parse_retry_after(value, now), None, "{value:?}");
-        }
-    }
-
-    #[test]
-    fn huge_delay_seconds_saturate_instead_of_failing() {
+    fn no_value_waits_longer_than_the_cap() {
         let now = Timestamp::from_secs(0);
-        assert_eq!(
-            parse_retry_after("99999999999999999999999999", now),
-            Some(Duration::from_secs(u64::MAX))
-        );
-        assert_eq!(
-            parse_retry_after("18446744073709551615", now),
-            Some(Duration::from_secs(u64::MAX))
-        );
-        assert_eq!(parse_retry_after("86400000", now), Some(Duration::from_secs(86_400_000)));
-    }
-
-    #[test]
-    fn dates_in_the_past_mean_no_wait() {
-        let now = Timestamp::from_secs(784_111_777 + 3_600);
-        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now), Some(Duration::ZERO));
-        assert_eq!(parse_retry_after("Sun Nov  6 08:49:37 1994", now), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after("99999999999999999999999999", now), Ok(MAX_RETRY_AFTER));
+        assert_eq!(parse_retry_after("604799", now), Ok(Duration::from_secs(604_799)));
+        assert_eq!(parse_retry_after("Fri, 01 Jan 2100 00:00:00 GMT", now), Ok(MAX_RETRY_AFTER));
     }
 
     #[test]
     fn rfc850_two_digit_years_follow_the_fifty_year_rule_not_a_fixed_pivot() {
-        // 2026-01-01: "75" is 2075 (49 years ahead), "77" is 1977 (2077 would be
+        // From 2026: "75" is 2075 (49 years ahead), "77" is 1977 (2077 would be
         // 51 years ahead). httpdate alone would read both as 197x.
         assert_eq!(rfc9110_year(75, 2026), 2075);
+        assert_eq!(rfc9110_year(76, 2026), 2076);
         assert_eq!(rfc9110_year(77, 2026), 1977);
         assert_eq!(rfc9110_year(26, 2026), 2026);
         assert_eq!(rfc9110_year(94, 2026), 1994);
+        // Late in a century the next one is the near future.
+        assert_eq!(rfc9110_year(5, 2060), 2105);
+        assert_eq!(rfc9110_year(44, 1994), 2044);
+        assert_eq!(rfc9110_year(45, 1994), 1945);
         let now = Timestamp::from_secs(1_767_225_600); // 2026-01-01T00:00:00Z
-        // 2027-01-01 was a Friday.
-        assert_eq!(
-            parse_retry_after("Friday, 01-Jan-27 00:00:00 GMT", now),
-            Some(Duration::from_secs(365 * 86_400))
-        );
+        // 2026-01-02 was a Friday.
+        assert_eq!(parse_retry_after("Friday, 02-Jan-26 00:00:00 GMT", now), Ok(Duration::from_secs(86_400)));
+        // "75" is 2075 (a Tuesday), far ahead: capped. A fixed pivot reads 1975, long past.
+        assert_eq!(parse_retry_after("Tuesday, 01-Jan-75 00:00:00 GMT", now), Ok(MAX_RETRY_AFTER));
+        assert_eq!(parse_retry_after("Wednesday, 01-Jan-75 00:00:00 GMT", now), Err(InvalidRetryAfter));
     }
 
     #[test]
@@ -198,11 +178,13 @@ mod tests {
     }
 
     #[test]
-    fn the_header_is_read_from_a_header_map() {
+    fn the_header_is_read_from_a_header_map_and_garbage_is_ignored() {
         let mut headers = http::HeaderMap::new();
         let now = Timestamp::from_secs(0);
         assert_eq!(retry_after_from_headers(&headers, now), None);
         headers.insert(RETRY_AFTER, http::HeaderValue::from_static("7"));
         assert_eq!(retry_after_from_headers(&headers, now), Some(Duration::from_secs(7)));
+        headers.insert(RETRY_AFTER, http::HeaderValue::from_static("1.5"));
+        assert_eq!(retry_after_from_headers(&headers, now), None);
     }
 }

@@ -1,17 +1,19 @@
 //! The worker HTTP API: tokens and scopes, permits and refusals, penalties,
 //! leases, idempotent events, and a JSON error for every kind of bad input.
 
+use std::sync::Arc;
+
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use sluice_engine::tokens::{create_token, revoke_token, ApiScope};
-use sluice_engine::clock::Timestamp;
+use sluice_engine::clock::{SharedClock, SystemClock, Timestamp};
 use sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig;
 use sluice_engine::delivery::model::{MerchantIn, SigningScheme};
 use sluice_engine::delivery::ops::create_merchant;
 use sluice_engine::delivery::ssrf::SsrfPolicy;
 use sluice_engine::delivery::DeliveryStore;
 
-use crate::helpers::{closed_port, spawn_app_with, Mode, Role, TestApp};
+use crate::helpers::{closed_port, spawn_app_with_clock, Mode, Role, TestApp};
 
 const NOW: Timestamp = Timestamp::from_millis(1_700_000_000_000);
 
@@ -26,10 +28,15 @@ pub(crate) async fn spawn_api(mode: Mode) -> Api {
 }
 
 pub(crate) async fn spawn_api_with(mode: Mode, extra: &[(&str, &str)]) -> Api {
+    spawn_api_on(mode, extra, Arc::new(SystemClock)).await
+}
+
+/// An API whose clock is `clock` (a `ManualClock` fixes "now" for dates).
+pub(crate) async fn spawn_api_on(mode: Mode, extra: &[(&str, &str)], clock: SharedClock) -> Api {
     // No delivery worker: events stay PENDING and nothing is sent anywhere.
     let mut settings = vec![("SLUICE_DELIVERY_WORKER", "false")];
     settings.extend_from_slice(extra);
-    let app = spawn_app_with(mode, &settings).await;
+    let app = spawn_app_with_clock(mode, &settings, clock).await;
     let db = app.db.db();
     let (_, worker) = create_token(&db, "worker-1", ApiScope::Worker, NOW).await.expect("worker token");
     let (_, admin) = create_token(&db, "admin-1", ApiScope::Admin, NOW).await.expect("admin token");
@@ -57,7 +64,7 @@ impl Api {
         self.call(Method::POST, path, Some(&self.worker), Some(body)).await
     }
 
-    async fn raw_post(&self, path: &str, content_type: &str, body: impl Into<reqwest::Body>) -> (StatusCode, Value) {
+    pub(crate) async fn raw_post(&self, path: &str, content_type: &str, body: impl Into<reqwest::Body>) -> (StatusCode, Value) {
         let res = self
             .app
             .client

@@ -4,10 +4,11 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use sluice::config::Settings;
 use sluice::startup::Application;
-use sluice_engine::clock::{Clock, SystemClock};
+use sluice_engine::clock::{Clock, SharedClock, SystemClock};
 use sluice_engine::db::testing::TestDb;
 pub use sluice_engine::users::{self, Role};
 use tokio::sync::oneshot;
@@ -97,6 +98,11 @@ pub async fn spawn_app(mode: Mode) -> TestApp {
 
 /// Spawn with extra environment-style settings (e.g. `("REDIS_URL", …)`).
 pub async fn spawn_app_with(mode: Mode, extra: &[(&str, &str)]) -> TestApp {
+    spawn_app_with_clock(mode, extra, Arc::new(SystemClock)).await
+}
+
+/// [`spawn_app_with`] on the given clock (a `ManualClock` to fix "now").
+pub async fn spawn_app_with_clock(mode: Mode, extra: &[(&str, &str)], clock: SharedClock) -> TestApp {
     let db = match mode {
         Mode::Embedded => TestDb::sqlite().await,
         Mode::Distributed => TestDb::postgres().await,
@@ -121,7 +127,7 @@ pub async fn spawn_app_with(mode: Mode, extra: &[(&str, &str)]) -> TestApp {
     // `DATABASE_URL`), given to this instance alone: tests run many at once.
     let overrides = env.into_iter().map(|(k, v)| (k.strip_prefix("SLUICE_").unwrap_or(&k).to_ascii_lowercase(), v));
     let settings = Settings::load_with(None, overrides).expect("test settings are valid");
-    let app = Application::build(settings).await.expect("application builds");
+    let app = Application::build_with_clock(settings, clock).await.expect("application builds");
     let address = app.address();
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(app.run_until_stopped(async move {

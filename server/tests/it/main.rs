@@ -2,6 +2,7 @@
 //! on port 0 and its own database.
 
 mod api;
+mod api_contract;
 mod api_webhooks;
 mod auth;
 mod cli;

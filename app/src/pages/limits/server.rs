@@ -40,13 +40,6 @@ pub fn admin(ctx: &AppContext) -> RuleAdmin {
     RuleAdmin::new(ctx.db.clone(), ctx.rules.clone(), ctx.limiter.clone())
 }
 
-pub fn field_error(field: &str, message: impl std::fmt::Display) -> FieldError {
-    let message = message.to_string();
-    // Engine messages start with their field ("tokens: must be…"); the
-    // form shows them next to the field, so the prefix goes.
-    let message = message.strip_prefix(&format!("{field}: ")).map(str::to_owned).unwrap_or(message);
-    FieldError::new(field, message)
-}
 
 /// The form as typed → a draft, or the fields that are not even numbers.
 #[allow(clippy::too_many_arguments)]
@@ -110,7 +103,7 @@ pub fn draft(form: RuleForm) -> Result<RuleDraft, Vec<FieldError>> {
     if let Err(engine) = draft.clone().into_rule(sluice_engine::quota::RuleId(String::new())) {
         for e in engine {
             if !errors.iter().any(|f| f.field == e.field()) {
-                errors.push(field_error(e.field(), &e));
+                errors.push(FieldError::new(e.field(), e.message()));
             }
         }
     }
@@ -125,9 +118,9 @@ pub fn saved(result: Result<Rule, RuleAdminError>) -> Result<Saved, ServerFnErro
     match result {
         Ok(rule) => Ok(Saved::Ok(row(&rule))),
         Err(RuleAdminError::Invalid(errors)) => {
-            Ok(Saved::Invalid(errors.iter().map(|e| field_error(e.field(), e)).collect()))
+            Ok(Saved::Invalid(errors.iter().map(|e| FieldError::new(e.field(), e.message())).collect()))
         }
-        Err(e @ RuleAdminError::Conflict) => Ok(Saved::Invalid(vec![field_error("path", e)])),
+        Err(e @ RuleAdminError::Conflict) => Ok(Saved::Invalid(vec![FieldError::new("path", e.to_string())])),
         Err(e @ RuleAdminError::NotFound(_)) => Err(ServerFnError::new(e.to_string())),
         Err(e) => Err(internal("saving the limit rule", e)),
     }

@@ -50,8 +50,7 @@ pub struct BucketsOut {
 
 #[utoipa::path(get, path = "/api/v1/buckets", tag = "quota", security(("bearer" = [])),
     responses((status = 200, description = "Usage per bucket", body = BucketsOut),
-        (status = 503, description = "Quota store unavailable", body = ErrorOut),
-        (status = 401, description = "Missing or wrong token", body = ErrorOut)))]
+        (status = 503, description = "Quota store unavailable", body = ErrorOut)))]
 pub async fn list_buckets(State(state): State<AppState>, caller: Caller) -> Result<Json<BucketsOut>, ApiError> {
     caller.require(ApiScope::Worker)?;
     let keys = state.limiter.list_buckets().await?;

@@ -44,7 +44,6 @@ pub struct BreakersOut {
     responses(
         (status = 200, description = "The delivery and its attempts", body = DeliveryOut),
         (status = 404, description = "No such delivery", body = ErrorOut),
-        (status = 401, description = "Missing or wrong token", body = ErrorOut),
     ))]
 pub async fn get_delivery(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<DeliveryOut>, ApiError> {
     caller.require(ApiScope::Worker)?;
@@ -63,7 +62,6 @@ pub async fn get_delivery(State(state): State<AppState>, caller: Caller, Path(id
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Breakers that are open or probing", body = BreakersOut),
-        (status = 401, description = "Missing or wrong token", body = ErrorOut),
     ))]
 pub async fn list_breakers(State(state): State<AppState>, caller: Caller) -> Result<Json<BreakersOut>, ApiError> {
     caller.require(ApiScope::Worker)?;
@@ -156,7 +154,6 @@ fn decode_cursor(s: &str) -> Result<Cursor, ApiError> {
     responses(
         (status = 200, description = "One page of deliveries, newest first", body = DeliveriesOut),
         (status = 400, description = "A filter or the cursor is malformed", body = ErrorOut),
-        (status = 401, description = "Missing or wrong token", body = ErrorOut),
     ))]
 pub async fn list_deliveries(State(state): State<AppState>, caller: Caller, Query(query): Query<DeliveryQuery>) -> Result<Json<DeliveriesOut>, ApiError> {
     caller.require(ApiScope::Worker)?;

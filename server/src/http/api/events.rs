@@ -10,7 +10,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::Caller;
-use super::error::{ApiError, ErrorOut, Json};
+use super::error::{ApiError, FieldError, Json, ValidationErrorOut};
 use crate::state::AppState;
 use sluice_engine::tokens::ApiScope;
 
@@ -20,6 +20,11 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({
+    "merchant_id": "mer_01jbz7s0m5k3w8x9y2c4d6f8gh", "event_type": "payment.status_changed", "status": "paid",
+    "payload": {"payment_id": "pay_1001", "status": "paid", "amount": "25.00", "currency": "EUR"},
+    "idempotency_key": "pay_1001:paid"
+}))]
 pub struct EventIn {
     /// The merchant the event is for (`mer_…`).
     pub merchant_id: String,
@@ -47,8 +52,7 @@ pub struct EventOut {
     responses(
         (status = 201, description = "Stored", body = EventOut),
         (status = 200, description = "Already stored under this idempotency key", body = EventOut),
-        (status = 422, description = "Unknown merchant or invalid event", body = ErrorOut),
-        (status = 401, description = "Missing or wrong token", body = ErrorOut),
+        (status = 422, description = "Unknown merchant or invalid event", body = ValidationErrorOut),
     ))]
 pub async fn create_event(
     State(state): State<AppState>,
@@ -56,7 +60,10 @@ pub async fn create_event(
     Json(input): Json<EventIn>,
 ) -> Result<(StatusCode, Json<EventOut>), ApiError> {
     caller.require(ApiScope::Worker)?;
-    let merchant_id = MerchantId::parse(&input.merchant_id).map_err(|e| ApiError::invalid("unknown_merchant", e.to_string()))?;
+    // A malformed merchant id names no merchant: the same code as an unknown one.
+    let Ok(merchant_id) = MerchantId::parse(&input.merchant_id) else {
+        return Err(ApiError::invalid_field("unknown_merchant", "merchant_id", "no merchant has this id (mer_…)"));
+    };
     let event = EngineEventIn {
         merchant_id,
         event_type: input.event_type,
@@ -64,8 +71,13 @@ pub async fn create_event(
         payload: input.payload,
         idempotency_key: input.idempotency_key,
     };
+    let invalid = event.invalid_fields();
+    if !invalid.is_empty() {
+        let fields = invalid.into_iter().map(|(field, message)| FieldError::new(field, message)).collect();
+        return Err(ApiError::invalid_fields("invalid_input", fields));
+    }
     let accepted = state.deliveries.accept_event(&event, state.clock.now()).await.map_err(|e| match e {
-        StoreError::UnknownMerchant(id) => ApiError::invalid("unknown_merchant", format!("merchant {id} does not exist")),
+        StoreError::UnknownMerchant(id) => ApiError::invalid_field("unknown_merchant", "merchant_id", format!("merchant {id} does not exist")),
         StoreError::Invalid(e) => ApiError::invalid("invalid_input", e.to_string()),
         e => ApiError::internal("accepting an event", &e),
     })?;

@@ -46,7 +46,7 @@ pub fn decode_lease_id(id: &str) -> Option<Lease> {
     responses(
         (status = 204, description = "Released (also when it had already expired)"),
         (status = 404, description = "Not a lease id", body = ErrorOut),
-        (status = 401, description = "Missing or wrong token", body = ErrorOut),
+        (status = 503, description = "Quota store unavailable (`store_unavailable`)", body = ErrorOut),
     ))]
 pub async fn delete_lease(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
     caller.require(ApiScope::Worker)?;

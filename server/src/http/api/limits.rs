@@ -14,7 +14,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::{AdminCaller, Caller};
-use super::error::{ApiError, ErrorOut, Json, Path};
+use super::error::{ApiError, ErrorOut, FieldError, Json, Path, ValidationErrorOut};
 use crate::state::AppState;
 use sluice_engine::tokens::ApiScope;
 
@@ -25,6 +25,10 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// A limit rule as written by an admin.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({
+    "scope": "vtex_pricing", "method": "PUT", "path": "/api/pricing/prices/{sku}", "algorithm": "token_bucket",
+    "tokens": 40, "interval_ms": 1000, "burst": 1000, "max_wait_ms": 30000, "note": "VTEX Pricing: 40 req/s, burst 1000"
+}))]
 pub struct LimitIn {
     /// API domain, or `*` for the global default.
     pub scope: String,
@@ -75,9 +79,22 @@ pub struct LimitsOut {
     pub limits: Vec<Rule>,
 }
 
+/// The request's name for a field the engine names (durations carry their unit here).
+fn api_field(engine_field: &'static str) -> &'static str {
+    match engine_field {
+        "interval" => "interval_ms",
+        "max_wait" => "max_wait_ms",
+        "min_penalty" => "min_penalty_ms",
+        other => other,
+    }
+}
+
 fn admin_error(e: RuleAdminError) -> ApiError {
     match e {
-        RuleAdminError::Invalid(_) => ApiError::invalid("invalid_rule", e.to_string()),
+        RuleAdminError::Invalid(errors) => ApiError::invalid_fields(
+            "invalid_rule",
+            errors.iter().map(|e| FieldError::new(api_field(e.field()), e.message())).collect(),
+        ),
         RuleAdminError::Conflict => ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
         RuleAdminError::NotFound(id) => ApiError::not_found(format!("no limit rule with id '{id}'")),
         e => ApiError::internal("writing a limit rule", &e),
@@ -89,8 +106,7 @@ fn rule_admin(state: &AppState) -> RuleAdmin {
 }
 
 #[utoipa::path(get, path = "/api/v1/limits", tag = "limits", security(("bearer" = [])),
-    responses((status = 200, description = "All limit rules", body = LimitsOut),
-        (status = 401, description = "Missing or wrong token", body = ErrorOut)))]
+    responses((status = 200, description = "All limit rules", body = LimitsOut)))]
 pub async fn list_limits(State(state): State<AppState>, caller: Caller) -> Result<Json<LimitsOut>, ApiError> {
     caller.require(ApiScope::Worker)?;
     let limits = state.rules.list().await.map_err(|e| ApiError::internal("listing limit rules", &e))?;
@@ -100,7 +116,7 @@ pub async fn list_limits(State(state): State<AppState>, caller: Caller) -> Resul
 #[utoipa::path(post, path = "/api/v1/limits", tag = "limits", request_body = LimitIn, security(("bearer" = [])),
     responses((status = 201, description = "Created", body = Object),
         (status = 409, description = "A rule for this scope, method and path exists", body = ErrorOut),
-        (status = 422, description = "Invalid rule", body = ErrorOut),
+        (status = 422, description = "Invalid rule", body = ValidationErrorOut),
         (status = 403, description = "Needs an admin token", body = ErrorOut)))]
 pub async fn create_limit(State(state): State<AppState>, AdminCaller(caller): AdminCaller, Json(input): Json<LimitIn>) -> Result<(StatusCode, Json<Rule>), ApiError> {
     let created = rule_admin(&state).create(input.into_draft(), &caller.0.name, state.clock.now()).await.map_err(admin_error)?;
@@ -111,7 +127,8 @@ pub async fn create_limit(State(state): State<AppState>, AdminCaller(caller): Ad
     params(("id" = String, Path, description = "Rule id")),
     responses((status = 200, description = "Replaced", body = Object),
         (status = 404, description = "No such rule", body = ErrorOut),
-        (status = 422, description = "Invalid rule", body = ErrorOut),
+        (status = 409, description = "Another rule has this scope, method and path", body = ErrorOut),
+        (status = 422, description = "Invalid rule", body = ValidationErrorOut),
         (status = 403, description = "Needs an admin token", body = ErrorOut)))]
 pub async fn update_limit(
     State(state): State<AppState>,

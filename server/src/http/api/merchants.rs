@@ -17,7 +17,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::{AdminCaller, Caller};
-use super::error::{ApiError, ErrorOut, Json, Path};
+use super::error::{ApiError, ErrorOut, Json, Path, ValidationErrorOut};
 use crate::state::AppState;
 use sluice_engine::tokens::ApiScope;
 
@@ -37,6 +37,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"name": "Acme Shop", "url": "https://acme.example/webhooks", "scheme": "sluice"}))]
 pub struct MerchantIn {
     pub name: String,
     /// The webhook endpoint (http or https; private addresses are refused).
@@ -49,6 +50,7 @@ pub struct MerchantIn {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"url": "https://acme.example/webhooks/v2"}))]
 pub struct MerchantPatch {
     /// A new webhook endpoint.
     pub url: String,
@@ -56,6 +58,7 @@ pub struct MerchantPatch {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"overlap_hours": 24}))]
 pub struct SecretIn {
     /// The new secret; generated when absent.
     pub secret: Option<String>,
@@ -94,9 +97,9 @@ pub struct BreakerOut {
 fn ops_error(e: OpsError) -> ApiError {
     match e {
         OpsError::Store(StoreError::UnknownMerchant(id)) => ApiError::not_found(format!("no merchant with id '{id}'")),
-        OpsError::Url(e) => ApiError::invalid("invalid_url", format!("url: {e}")),
-        OpsError::Secret(e) => ApiError::invalid("invalid_secret", format!("secret: {e}")),
-        OpsError::EmptyName => ApiError::invalid("invalid_input", "name: must not be empty"),
+        OpsError::Url(e) => ApiError::invalid_field("invalid_url", "url", e.to_string()),
+        OpsError::Secret(e) => ApiError::invalid_field("invalid_secret", "secret", e.to_string()),
+        OpsError::EmptyName => ApiError::invalid_field("invalid_input", "name", "must not be empty"),
         e => ApiError::internal("changing a merchant", &e),
     }
 }
@@ -111,8 +114,7 @@ async fn audit<T: Serialize>(state: &AppState, caller: &Caller, action: &str, ta
 }
 
 #[utoipa::path(get, path = "/api/v1/merchants", tag = "webhooks", security(("bearer" = [])),
-    responses((status = 200, description = "Every merchant with its breaker (secrets never shown)", body = MerchantsOut),
-        (status = 401, description = "Missing or wrong token", body = ErrorOut)))]
+    responses((status = 200, description = "Every merchant with its breaker (secrets never shown)", body = MerchantsOut)))]
 pub async fn list_merchants(State(state): State<AppState>, caller: Caller) -> Result<Json<MerchantsOut>, ApiError> {
     caller.require(ApiScope::Worker)?;
     let (_, breaker_cfg) = crate::startup::delivery_timing(&state.settings);
@@ -127,7 +129,7 @@ pub async fn list_merchants(State(state): State<AppState>, caller: Caller) -> Re
 
 #[utoipa::path(post, path = "/api/v1/merchants", tag = "webhooks", request_body = MerchantIn, security(("bearer" = [])),
     responses((status = 201, description = "Created; the secret is shown only here", body = MerchantSecretOut),
-        (status = 422, description = "Invalid name, URL, scheme or secret", body = ErrorOut),
+        (status = 422, description = "Invalid name, URL, scheme or secret", body = ValidationErrorOut),
         (status = 403, description = "Needs an admin token", body = ErrorOut)))]
 pub async fn create_merchant(
     State(state): State<AppState>,
@@ -139,7 +141,7 @@ pub async fn create_merchant(
         .as_deref()
         .unwrap_or("sluice")
         .parse()
-        .map_err(|_| ApiError::invalid("invalid_input", "scheme: must be sluice or standard_webhooks"))?;
+        .map_err(|_| ApiError::invalid_field("invalid_input", "scheme", "must be sluice or standard_webhooks"))?;
     let (_, breaker_cfg) = crate::startup::delivery_timing(&state.settings);
     let engine_in = EngineMerchantIn { name: input.name, url: input.url, scheme, secret: input.secret };
     let merchant = ops::create_merchant(&state.deliveries, engine_in, &state.app_context.ssrf, &breaker_cfg, state.clock.now())
@@ -154,7 +156,7 @@ pub async fn create_merchant(
     params(("id" = String, Path, description = "Merchant id (`mer_…`)")),
     responses((status = 200, description = "Updated", body = Object),
         (status = 404, description = "No such merchant", body = ErrorOut),
-        (status = 422, description = "Invalid URL", body = ErrorOut),
+        (status = 422, description = "Invalid URL", body = ValidationErrorOut),
         (status = 403, description = "Needs an admin token", body = ErrorOut)))]
 pub async fn update_merchant(
     State(state): State<AppState>,
@@ -174,7 +176,7 @@ pub async fn update_merchant(
     params(("id" = String, Path, description = "Merchant id (`mer_…`)")),
     responses((status = 200, description = "Rotated; the new secret is shown only here", body = MerchantSecretOut),
         (status = 404, description = "No such merchant", body = ErrorOut),
-        (status = 422, description = "Invalid secret or overlap", body = ErrorOut),
+        (status = 422, description = "Invalid secret or overlap", body = ValidationErrorOut),
         (status = 403, description = "Needs an admin token", body = ErrorOut)))]
 pub async fn rotate_merchant_secret(
     State(state): State<AppState>,
@@ -185,7 +187,7 @@ pub async fn rotate_merchant_secret(
     let id = merchant_id(&id)?;
     let hours = input.overlap_hours.unwrap_or(DEFAULT_OVERLAP_HOURS);
     if hours > MAX_OVERLAP_HOURS {
-        return Err(ApiError::invalid("invalid_input", format!("overlap_hours: at most {MAX_OVERLAP_HOURS}")));
+        return Err(ApiError::invalid_field("invalid_input", "overlap_hours", format!("must be at most {MAX_OVERLAP_HOURS}")));
     }
     let overlap = Duration::from_secs(hours * 3600);
     let change = ops::rotate_secret(&state.deliveries, &id, input.secret, overlap, state.clock.now()).await.map_err(ops_error)?;

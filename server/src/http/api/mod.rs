@@ -31,7 +31,8 @@ use crate::state::AppState;
 pub const BODY_LIMIT_BYTES: usize = 256 * 1024;
 
 pub fn router() -> Router<AppState> {
-    let (routes, doc) = documented_router().split_for_parts();
+    let (routes, mut doc) = documented_router().split_for_parts();
+    openapi::document_common_responses(&mut doc);
     // Rendered once: the document does not change while the process runs.
     let doc: Arc<str> = match doc.to_json() {
         Ok(json) => json.into(),

@@ -7,15 +7,15 @@ use axum::http::header::RETRY_AFTER;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use sluice_engine::quota::{Outcome, RefusalReason};
+use sluice_engine::quota::{Outcome, QuotaError, Refusal, RefusalReason};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::Caller;
-use super::error::{ApiError, ErrorOut, Json};
+use super::error::{ApiError, FieldError, Json, ValidationErrorOut};
 use super::leases::encode_lease_id;
-use super::quota_input::{no_rule, TargetIn};
+use super::quota_input::{no_rule, reject, TargetIn};
 use crate::state::AppState;
 use sluice_engine::tokens::ApiScope;
 
@@ -28,10 +28,17 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({
+    "account": "seller-42", "scope": "vtex_pricing", "method": "PUT", "path": "/api/pricing/prices/42", "cost": 1, "max_wait_ms": 5000
+}))]
 pub struct PermitIn {
+    /// Upstream account; without it the `_global` bucket is used.
     pub account: Option<String>,
+    /// API domain, e.g. `vtex_pricing`.
     pub scope: String,
+    /// HTTP method of the upstream call; without it only rules for any method match.
     pub method: Option<String>,
+    /// Concrete path of the upstream call.
     pub path: String,
     /// Tokens to spend (default 1; at most the rule's capacity).
     pub cost: Option<u32>,
@@ -54,6 +61,10 @@ pub struct PermitOut {
     pub lease_id: Option<String>,
     /// The rule is in shadow mode (never blocks).
     pub shadow: bool,
+    /// The longest wait this request could have been given (the rule's wait
+    /// ceiling, or `max_wait_ms` within the rule's floor): retry helpers cap
+    /// their pauses after a 429 by it, as the Rust executor does.
+    pub wait_ceiling_ms: u64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -76,21 +87,32 @@ pub fn ceil_millis(d: Duration) -> u64 {
     responses(
         (status = 200, description = "Granted", body = PermitOut),
         (status = 429, description = "Refused; see Retry-After", body = RefusalOut),
-        (status = 503, description = "Quota store unavailable", body = RefusalOut),
-        (status = 422, description = "No rule, bad cost or account", body = ErrorOut),
-        (status = 401, description = "Missing or wrong token", body = ErrorOut),
+        (status = 503, description = "Quota store unavailable (reason `store_unavailable`)", body = RefusalOut),
+        (status = 422, description = "No rule (`no_rule`), bad cost (`invalid_cost`), account (`invalid_account`) or other field (`invalid_input`)", body = ValidationErrorOut),
     ))]
 pub async fn create_permit(State(state): State<AppState>, caller: Caller, Json(input): Json<PermitIn>) -> Result<Response, ApiError> {
     caller.require(ApiScope::Worker)?;
     let target = TargetIn { account: input.account, scope: input.scope, method: input.method, path: input.path };
-    let mut req = target.to_request()?.cost(input.cost.unwrap_or(1));
+    let mut problems = target.problems();
+    if input.max_wait_ms.is_some_and(|ms| ms > MAX_WAIT_MS) {
+        problems.push(FieldError::new("max_wait_ms", format!("must be at most {MAX_WAIT_MS}")));
+    }
+    reject(problems)?;
+    let mut req = target.request().cost(input.cost.unwrap_or(1));
     if let Some(ms) = input.max_wait_ms {
-        if ms > MAX_WAIT_MS {
-            return Err(ApiError::invalid("invalid_input", format!("max_wait_ms must be at most {MAX_WAIT_MS}")));
-        }
         req = req.max_wait(Duration::from_millis(ms));
     }
-    let outcome = if input.hold { state.limiter.acquire(&req).await? } else { state.limiter.reserve(&req).await? };
+    let decided = if input.hold { state.limiter.acquire(&req).await } else { state.limiter.reserve(&req).await };
+    let outcome = match decided {
+        Ok(outcome) => outcome,
+        // A store error is the same answer as the fail-closed policy's refusal,
+        // so a 503 from this route always has one body.
+        Err(QuotaError::Store(e)) => {
+            tracing::error!(error = %e, "quota store unavailable");
+            Outcome::Refused(Refusal { reason: RefusalReason::StoreUnavailable, retry_after: None, rule: None })
+        }
+        Err(e) => return Err(e.into()),
+    };
     match outcome {
         Outcome::Granted(permit) => {
             let waited = ceil_millis(permit.wait);
@@ -101,6 +123,10 @@ pub async fn create_permit(State(state): State<AppState>, caller: Caller, Json(i
                 held_ms: if input.hold { waited } else { 0 },
                 lease_id: permit.lease.as_ref().map(encode_lease_id),
                 shadow: permit.shadow,
+                wait_ceiling_ms: state
+                    .limiter
+                    .resolve(&req.scope, &req.method, &req.path)
+                    .map_or(0, |rule| ceil_millis(rule.wait_ceiling(input.max_wait_ms.map(Duration::from_millis)))),
             };
             Ok(Json(out).into_response())
         }

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use sluice_engine::quota::{QuotaError, QuotaRequest};
 use utoipa::ToSchema;
 
-use super::error::ApiError;
+use super::error::{ApiError, FieldError};
 
 /// Which upstream call is meant: resolves to one limit rule.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -23,19 +23,35 @@ pub struct TargetIn {
 }
 
 impl TargetIn {
-    pub fn to_request(&self) -> Result<QuotaRequest, ApiError> {
+    /// Every invalid field of the target, for a 422 that names them all.
+    pub fn problems(&self) -> Vec<FieldError> {
+        let mut problems = Vec::new();
         if self.scope.is_empty() || self.scope.len() > 64 {
-            return Err(ApiError::invalid("invalid_input", "scope must be 1–64 characters"));
+            problems.push(FieldError::new("scope", "must be 1–64 characters"));
         }
         if !self.path.starts_with('/') || self.path.len() > 2048 {
-            return Err(ApiError::invalid("invalid_input", "path must start with '/' and be at most 2048 characters"));
+            problems.push(FieldError::new("path", "must start with '/' and be at most 2048 characters"));
         }
+        problems
+    }
+
+    /// The limiter's request, once [`TargetIn::problems`] found none.
+    pub fn request(&self) -> QuotaRequest {
         let method = self.method.as_deref().unwrap_or("").to_ascii_uppercase();
         let mut req = QuotaRequest::new(&self.scope, method, &self.path);
         if let Some(account) = &self.account {
             req = req.account(account);
         }
-        Ok(req)
+        req
+    }
+}
+
+/// 422 naming every field in `problems`, or nothing when there are none.
+pub fn reject(problems: Vec<FieldError>) -> Result<(), ApiError> {
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_fields("invalid_input", problems))
     }
 }
 
@@ -50,8 +66,12 @@ pub fn no_rule(target: &TargetIn) -> ApiError {
 impl From<QuotaError> for ApiError {
     fn from(e: QuotaError) -> ApiError {
         match &e {
-            QuotaError::InvalidCost { .. } => ApiError::invalid("invalid_cost", e.to_string()),
-            QuotaError::InvalidAccount => ApiError::invalid("invalid_account", e.to_string()),
+            QuotaError::InvalidCost { capacity, .. } => {
+                ApiError::invalid_field("invalid_cost", "cost", format!("must be between 1 and the rule's capacity {capacity}"))
+            }
+            QuotaError::InvalidAccount => {
+                ApiError::invalid_field("invalid_account", "account", "must be 1–128 characters without '{', '}' or ':'")
+            }
             QuotaError::Store(_) => ApiError::store_unavailable(&e),
         }
     }

@@ -1,0 +1,399 @@
+/**
+ * A client for Sluice's worker API (shared quotas, the upstream breaker,
+ * webhook events) and a retry helper that follows the Rust executor's policy
+ * (docs/retry.md). Uses the global `fetch` (Node 18+, browsers, Deno, Bun).
+ *
+ *     const sluice = new Sluice(SLUICE_URL, TOKEN);
+ *     const target = { account: "seller-42", scope: "vtex_pricing", method: "PUT", path: "/api/pricing/prices/42" };
+ *     const res = await sluice.call(target, () => fetch(UPSTREAM + target.path, { method: "PUT", body }));
+ */
+
+/** Which upstream call is meant; resolves to one limit rule on the server. */
+export interface Target {
+  scope: string;
+  path: string;
+  method?: string;
+  account?: string;
+}
+
+export interface FieldError {
+  field: string;
+  message: string;
+}
+
+/** The API answered an error: `code` is stable; a 422 names each invalid field. */
+export class SluiceError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly fields: FieldError[] = [],
+  ) {
+    super(`${status} ${code}: ${message}`);
+    this.name = "SluiceError";
+  }
+}
+
+/** No permit: `wait_ceiling_exceeded`, `concurrency_limit`, `store_unavailable` or `breaker_open`. */
+export class Refused extends Error {
+  constructor(
+    readonly reason: string,
+    readonly retryAfterMs: number | null,
+  ) {
+    super(`permit refused: ${reason}${retryAfterMs === null ? "" : `, retry in ${retryAfterMs} ms`}`);
+    this.name = "Refused";
+  }
+}
+
+export interface Permit {
+  /** How long the client (or the server, with `hold`) waited for the booked slot. */
+  waitedMs: number;
+  leaseId: string | null;
+  shadow: boolean;
+  /** The wait ceiling of this request: 429 pauses are capped by it. */
+  waitCeilingMs: number | null;
+  /** The upstream breaker is half-open and this call is its probe: report its outcome. */
+  probe: boolean;
+}
+
+export interface Penalty {
+  blockedMs: number | null;
+  observed: boolean;
+}
+
+/** `closed` (call), `probe` (call; it is the half-open probe) or `open` (do not call). */
+export interface Admission {
+  state: "closed" | "probe" | "open";
+  retryAfterMs: number | null;
+}
+
+/** Why a call produced no response, or that it was not made. */
+export type CallError = "connect" | "timeout" | "network" | "not_sent";
+
+export interface EventReceipt {
+  eventId: string;
+  deliveryIds: string[];
+  duplicate: boolean;
+}
+
+/** The Rust executor's defaults: 3 attempts, 500 ms base, 180 s budget. */
+export interface RetryPolicy {
+  maxAttempts: number;
+  baseDelayMs: number;
+  totalBudgetMs: number;
+  /** Overrides the rule's wait ceiling when set. */
+  waitCeilingMs?: number;
+}
+
+export const DEFAULT_POLICY: RetryPolicy = { maxAttempts: 3, baseDelayMs: 500, totalBudgetMs: 180_000 };
+
+/** Why a call was given up: the Rust executor's codes. */
+export type GiveUpReason =
+  | "attempts_exhausted"
+  | "budget_exhausted"
+  | "wait_ceiling"
+  | "unsafe_to_repeat"
+  | "store_unavailable"
+  | "breaker_open"
+  | "concurrency_limit"
+  | "no_rule"
+  | "invalid_request";
+
+export class GaveUp extends Error {
+  constructor(
+    readonly reason: GiveUpReason,
+    readonly attempts: number,
+    /** The last response, if the last attempt got one. */
+    readonly last: Response | null,
+    /** The last network error, if the last attempt got none. */
+    readonly error: unknown = null,
+  ) {
+    super(`gave up after ${attempts} attempt(s): ${reason}`);
+    this.name = "GaveUp";
+  }
+}
+
+export interface CallOptions {
+  policy?: RetryPolicy;
+  /**
+   * Report every attempt's outcome to the upstream breaker of (account,
+   * scope), which the permit endpoint asks before granting (a probe's
+   * outcome is always reported).
+   */
+  breaker?: boolean;
+  /** May a request that may have reached the upstream be sent again? Default: the method is idempotent. */
+  safeToRepeat?: boolean;
+  /** Did this error happen before the request left (then any method is retried)? */
+  isConnectError?: (error: unknown) => boolean;
+}
+
+export interface SluiceOptions {
+  /** Waits out booked slots and retry pauses; tests pass a recorder. */
+  sleep?: (ms: number) => Promise<void>;
+  /** Jitter source in [0, 1). */
+  random?: () => number;
+  now?: () => number;
+}
+
+const IDEMPOTENT = new Set(["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]);
+const REFUSALS: Record<string, GiveUpReason> = {
+  wait_ceiling_exceeded: "wait_ceiling",
+  concurrency_limit: "concurrency_limit",
+  store_unavailable: "store_unavailable",
+  breaker_open: "breaker_open",
+};
+const HEADER_FIELDS = ["retry_after", "rate_limit_remaining", "rate_limit_reset"];
+
+function body(target: Target): Record<string, unknown> {
+  const out: Record<string, unknown> = { scope: target.scope, path: target.path };
+  if (target.method !== undefined) out.method = target.method;
+  if (target.account !== undefined) out.account = target.account;
+  return out;
+}
+
+/** `base × 2^(attempt−1) + jitter` (jitter below base), at most a day. */
+export function backoffMs(policy: RetryPolicy, attempt: number, jitterMs: number): number {
+  const jitter = Math.min(Math.max(jitterMs, 0), policy.baseDelayMs - 0.001);
+  return Math.min(policy.baseDelayMs * 2 ** Math.min(attempt - 1, 40) + jitter, 86_400_000);
+}
+
+/**
+ * The pause after failed attempt `attempt`: the backoff for a 5xx or a network
+ * failure; for a 429 `min(max(blocked, backoff), ceiling)` where `blocked` is
+ * the penalty the server applied (its one `Retry-After` parser, and one
+ * token's refill).
+ */
+export function delayMs(
+  policy: RetryPolicy,
+  attempt: number,
+  jitterMs: number,
+  status: number | null,
+  blockedMs: number | null,
+  ruleCeilingMs: number | null,
+): number {
+  const backoff = backoffMs(policy, attempt, jitterMs);
+  if (status !== 429) return backoff;
+  const wanted = Math.max(blockedMs ?? 0, backoff);
+  const ceiling = policy.waitCeilingMs ?? ruleCeilingMs;
+  return ceiling === null ? wanted : Math.min(wanted, ceiling);
+}
+
+function connectError(error: unknown): boolean {
+  for (let e: any = error; e; e = e.cause) {
+    if (e.code === "ECONNREFUSED" || e.code === "UND_ERR_CONNECT_TIMEOUT") return true;
+  }
+  return false;
+}
+
+function errorKind(error: unknown): CallError {
+  const name = (error as { name?: string } | null)?.name ?? "";
+  return name === "TimeoutError" || name === "AbortError" ? "timeout" : "network";
+}
+
+export class Sluice {
+  private readonly sleep: (ms: number) => Promise<void>;
+  private readonly random: () => number;
+  private readonly now: () => number;
+
+  constructor(
+    readonly baseUrl: string,
+    private readonly token: string,
+    options: SluiceOptions = {},
+  ) {
+    this.sleep = options.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
+    this.random = options.random ?? Math.random;
+    this.now = options.now ?? (() => performance.now());
+  }
+
+  private async request(method: string, path: string, payload?: unknown): Promise<{ status: number; json: any }> {
+    const headers: Record<string, string> = { authorization: `Bearer ${this.token}` };
+    if (payload !== undefined) headers["content-type"] = "application/json";
+    const res = await fetch(this.baseUrl.replace(/\/$/, "") + path, {
+      method,
+      headers,
+      body: payload === undefined ? undefined : JSON.stringify(payload),
+    });
+    const text = await res.text();
+    let json: any = null;
+    try {
+      json = text ? JSON.parse(text) : null;
+    } catch {
+      json = text;
+    }
+    return { status: res.status, json };
+  }
+
+  private expect(res: { status: number; json: any }, ...ok: number[]): any {
+    if (ok.includes(res.status)) return res.json;
+    const e = typeof res.json === "object" && res.json !== null ? res.json : {};
+    throw new SluiceError(res.status, e.code ?? "unknown", e.message ?? "", e.fields ?? []);
+  }
+
+  /**
+   * Take a permit, waiting for the booked slot: the server books it and says
+   * how long; this waits that long (or the server holds the request, `hold`).
+   * Throws {@link Refused} when there is no slot within the wait ceiling.
+   */
+  async permit(target: Target, options: { cost?: number; maxWaitMs?: number; hold?: boolean } = {}): Promise<Permit> {
+    const payload = { ...body(target), cost: options.cost ?? 1, hold: options.hold ?? false, ...(options.maxWaitMs === undefined ? {} : { max_wait_ms: options.maxWaitMs }) };
+    const res = await this.request("POST", "/api/v1/permits", payload);
+    if ((res.status === 429 || res.status === 503) && res.json?.granted === false) {
+      throw new Refused(res.json.reason, res.json.retry_after_ms ?? null);
+    }
+    const out = this.expect(res, 200);
+    if (out.wait_ms > 0) await this.sleep(out.wait_ms);
+    return {
+      waitedMs: out.wait_ms + out.held_ms,
+      leaseId: out.lease_id ?? null,
+      shadow: out.shadow,
+      waitCeilingMs: out.wait_ceiling_ms ?? null,
+      probe: out.probe ?? false,
+    };
+  }
+
+  /** Give a concurrency lease back. */
+  async release(leaseId: string): Promise<void> {
+    this.expect(await this.request("DELETE", `/api/v1/leases/${encodeURIComponent(leaseId)}`), 204);
+  }
+
+  /**
+   * Report an upstream response: a 429 with its `Retry-After`, and any
+   * `X-RateLimit-Remaining` / `X-RateLimit-Reset`. The server parses the
+   * headers; a value it cannot read is dropped and the rest reported again,
+   * as the Rust executor ignores it. `null` when there is nothing to report.
+   */
+  async penalty(target: Target, status: number, headers: Headers): Promise<Penalty | null> {
+    const payload = body(target);
+    const retryAfter = status === 429 ? headers.get("retry-after") : null;
+    const remaining = headers.get("x-ratelimit-remaining");
+    if (status === 429) payload.status_429 = true;
+    if (retryAfter !== null) payload.retry_after = retryAfter;
+    if (remaining !== null) {
+      payload.rate_limit_remaining = remaining;
+      const reset = headers.get("x-ratelimit-reset");
+      if (reset !== null) payload.rate_limit_reset = reset;
+    }
+    if (status !== 429 && remaining === null) return null;
+    let res = await this.request("POST", "/api/v1/penalties", payload);
+    const unreadable = res.status === 422 ? ((res.json?.fields ?? []) as FieldError[]).filter((f) => HEADER_FIELDS.includes(f.field)) : [];
+    if (unreadable.length > 0) {
+      for (const f of unreadable) delete payload[f.field];
+      if (status !== 429 && payload.rate_limit_remaining === undefined) return null;
+      res = await this.request("POST", "/api/v1/penalties", payload);
+    }
+    const out = this.expect(res, 200);
+    return { blockedMs: out.blocked_ms ?? null, observed: out.observed };
+  }
+
+  /** Ask the upstream breaker of (account, scope) whether a call may go out. Not needed before a permit: the permit endpoint asks it too. */
+  async admit(scope: string, account?: string): Promise<Admission> {
+    const out = this.expect(await this.request("POST", "/api/v1/upstream-breakers/admit", { scope, ...(account === undefined ? {} : { account }) }), 200);
+    return { state: out.decision, retryAfterMs: out.retry_after_ms ?? null };
+  }
+
+  /**
+   * Tell the upstream breaker how a call went: its HTTP status, or an error
+   * (`not_sent` for an admitted probe that was never sent). 5xx and errors
+   * count as failures. Returns how the report was counted.
+   */
+  async report(scope: string, account: string | undefined, result: { status: number } | { error: CallError }): Promise<string> {
+    const payload = { scope, ...(account === undefined ? {} : { account }), ...result };
+    return this.expect(await this.request("POST", "/api/v1/upstream-breakers/report", payload), 200).counted_as;
+  }
+
+  /** Hand an event to the webhook outbox; the same key twice stores one event. */
+  async sendEvent(event: { merchantId: string; eventType: string; payload: object; idempotencyKey: string; status?: string }): Promise<EventReceipt> {
+    const payload = {
+      merchant_id: event.merchantId,
+      event_type: event.eventType,
+      payload: event.payload,
+      idempotency_key: event.idempotencyKey,
+      ...(event.status === undefined ? {} : { status: event.status }),
+    };
+    const out = this.expect(await this.request("POST", "/api/v1/events", payload), 200, 201);
+    return { eventId: out.event_id, deliveryIds: out.delivery_ids, duplicate: out.duplicate };
+  }
+
+  /**
+   * Send `send(attempt)` until it answers 2xx or a non-retryable status (both
+   * returned), or a reason to give up ({@link GaveUp}): every attempt takes a
+   * permit, a 429 is reported before it is waited out, 5xx and network errors
+   * back off with jitter. A failure after the request may have left is
+   * retried only for idempotent methods or when `safeToRepeat`.
+   */
+  async call(target: Target, send: (attempt: number) => Promise<Response>, options: CallOptions = {}): Promise<Response> {
+    const policy = options.policy ?? DEFAULT_POLICY;
+    const method = (target.method ?? "GET").toUpperCase();
+    const repeatIsSafe = options.safeToRepeat ?? IDEMPOTENT.has(method);
+    const isConnectError = options.isConnectError ?? connectError;
+    const deadline = this.now() + policy.totalBudgetMs;
+    let last: Response | null = null;
+    let error: unknown = null;
+    for (let attempt = 1; attempt <= policy.maxAttempts; attempt++) {
+      const sent = attempt - 1;
+      // The permit endpoint asks the upstream breaker first: an open one
+      // refuses (`breaker_open`), a half-open one makes this call its probe.
+      let permit: Permit;
+      try {
+        permit = await this.permit(target, { maxWaitMs: policy.waitCeilingMs });
+      } catch (e) {
+        if (e instanceof Refused) throw new GaveUp(REFUSALS[e.reason] ?? "invalid_request", sent, last, error);
+        if (e instanceof SluiceError) throw new GaveUp(e.code === "no_rule" ? "no_rule" : "invalid_request", sent, last, error);
+        throw e;
+      }
+      if (this.now() >= deadline) {
+        await this.releaseQuietly(permit);
+        if (permit.probe) await this.feedback(() => this.report(target.scope, target.account, { error: "not_sent" }));
+        throw new GaveUp("budget_exhausted", attempt, last, error);
+      }
+      let response: Response | null = null;
+      try {
+        response = await send(attempt);
+      } catch (e) {
+        error = e;
+        last = null;
+      } finally {
+        await this.releaseQuietly(permit);
+      }
+      const status = response?.status ?? null;
+      if (options.breaker || permit.probe) {
+        const result = status !== null ? { status } : { error: isConnectError(error) ? ("connect" as const) : errorKind(error) };
+        await this.feedback(() => this.report(target.scope, target.account, result));
+      }
+      if (response !== null) {
+        last = response;
+        error = null;
+      }
+      if (response !== null && status! >= 200 && status! < 300) {
+        await this.feedback(() => this.penalty(target, status!, response!.headers));
+        return response;
+      }
+      if (response !== null && status !== 429 && status! < 500) return response;
+      let blockedMs: number | null = null;
+      if (response !== null && status === 429) {
+        // Report first: every worker on this bucket must hold back, not only this call.
+        blockedMs = (await this.feedback(() => this.penalty(target, 429, response!.headers)))?.blockedMs ?? null;
+      }
+      if (response === null && !(repeatIsSafe || isConnectError(error))) throw new GaveUp("unsafe_to_repeat", attempt, last, error);
+      if (attempt === policy.maxAttempts) break;
+      const pause = delayMs(policy, attempt, this.random() * policy.baseDelayMs, status, blockedMs, permit.waitCeilingMs);
+      if (this.now() + pause >= deadline) throw new GaveUp("budget_exhausted", attempt, last, error);
+      await this.sleep(pause);
+    }
+    throw new GaveUp("attempts_exhausted", policy.maxAttempts, last, error);
+  }
+
+  private async releaseQuietly(permit: Permit): Promise<void> {
+    if (permit.leaseId !== null) await this.feedback(() => this.release(permit.leaseId!));
+  }
+
+  /** Feedback that fails is logged and does not fail a call that has its answer. */
+  private async feedback<T>(report: () => Promise<T>): Promise<T | null> {
+    try {
+      return await report();
+    } catch (e) {
+      console.warn(`sluice feedback failed: ${e}`);
+      return null;
+    }
+  }
+}

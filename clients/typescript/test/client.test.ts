@@ -1,0 +1,179 @@
+// The TypeScript client against a real Sluice server (scripts/contract.sh
+// starts one and passes SLUICE_URL, SLUICE_WORKER_TOKEN, SLUICE_ADMIN_TOKEN)
+// and a real upstream HTTP server on loopback. Pauses go to a recorder
+// instead of sleeping, so the tests check every wait the client would make.
+
+import assert from "node:assert/strict";
+import { createServer, type Server } from "node:http";
+import { randomUUID } from "node:crypto";
+import { after, test } from "node:test";
+
+import { GaveUp, Refused, Sluice, SluiceError, delayMs, DEFAULT_POLICY, type Target } from "../src/index.js";
+
+const URL = process.env.SLUICE_URL ?? "";
+const skip = URL === "" ? "needs a running server: run scripts/contract.sh" : false;
+
+function client(): { sluice: Sluice; pauses: number[] } {
+  const pauses: number[] = [];
+  const sluice = new Sluice(URL, process.env.SLUICE_WORKER_TOKEN ?? "", {
+    sleep: async (ms) => {
+      pauses.push(ms);
+    },
+  });
+  return { sluice, pauses };
+}
+
+async function rule(tokens: number, intervalMs: number): Promise<string> {
+  const scope = `ts_${randomUUID().replace(/-/g, "").slice(0, 12)}`;
+  const res = await fetch(`${URL}/api/v1/limits`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${process.env.SLUICE_ADMIN_TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({ scope, tokens, interval_ms: intervalMs }),
+  });
+  assert.equal(res.status, 201, await res.text());
+  return scope;
+}
+
+const servers: Server[] = [];
+after(() => servers.forEach((s) => s.close()));
+
+/** A real HTTP server answering a scripted list of [status, headers]; status 0 drops the connection. */
+async function upstream(...script: [number, Record<string, string>][]): Promise<{ send: (attempt: number) => Promise<Response>; requests: () => number }> {
+  let requests = 0;
+  const server = createServer((req, res) => {
+    requests++;
+    const [status, headers] = script.shift() ?? [200, {}];
+    if (status === 0) {
+      req.socket.destroy();
+      return;
+    }
+    res.writeHead(status, headers).end();
+  });
+  servers.push(server);
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  return { send: () => fetch(`http://127.0.0.1:${port}/x`), requests: () => requests };
+}
+
+test("a permit waits for its booked slot, then is refused past the ceiling", { skip }, async () => {
+  const { sluice, pauses } = client();
+  const target: Target = { scope: await rule(1, 60_000), path: "/feed", account: "a1" };
+  assert.equal((await sluice.permit(target)).waitedMs, 0);
+  const second = await sluice.permit(target);
+  assert.ok(second.waitedMs >= 59_000 && second.waitedMs <= 60_000, `${second.waitedMs}`);
+  assert.deepEqual(pauses, [second.waitedMs]);
+  assert.equal(second.waitCeilingMs, 125_000);
+  await sluice.permit(target);
+  await assert.rejects(sluice.permit(target), (e: unknown) => e instanceof Refused && e.reason === "wait_ceiling_exceeded" && (e.retryAfterMs ?? 0) > 125_000);
+});
+
+test("a 429 response blocks the bucket for its Retry-After; an unreadable one is dropped", { skip }, async () => {
+  const { sluice } = client();
+  const target: Target = { scope: await rule(100, 1000), path: "/p", method: "PUT", account: "a2" };
+  const penalty = await sluice.penalty(target, 429, new Headers({ "retry-after": "30" }));
+  assert.equal(penalty?.blockedMs, 30_000);
+  const permit = await sluice.permit(target);
+  assert.ok(permit.waitedMs >= 29_000 && permit.waitedMs <= 30_000, `${permit.waitedMs}`);
+  const other: Target = { ...target, account: "a3" };
+  for (const value of ["1.5", "+5", "soon"]) {
+    assert.equal((await sluice.penalty(other, 429, new Headers({ "retry-after": value })))?.blockedMs, 10, value);
+  }
+  assert.equal(await sluice.penalty(other, 200, new Headers()), null);
+  assert.equal((await sluice.penalty(other, 200, new Headers({ "x-ratelimit-remaining": "0", "x-ratelimit-reset": "20" })))?.observed, true);
+});
+
+test("a 422 names each invalid field", { skip }, async () => {
+  const { sluice } = client();
+  await assert.rejects(
+    sluice.permit({ scope: "", path: "relative" }),
+    (e: unknown) => e instanceof SluiceError && e.status === 422 && e.fields.map((f) => f.field).join() === "scope,path",
+  );
+});
+
+test("the same event key twice stores one event", { skip }, async () => {
+  const { sluice } = client();
+  const res = await fetch(`${URL}/api/v1/merchants`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${process.env.SLUICE_ADMIN_TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({ name: "TS Shop", url: "https://merchant.example/hook" }),
+  });
+  assert.equal(res.status, 201);
+  const merchantId = (await res.json()).merchant.id;
+  const event = { merchantId, eventType: "payment.status_changed", payload: { status: "paid" }, idempotencyKey: `order-${randomUUID()}` };
+  const first = await sluice.sendEvent(event);
+  const again = await sluice.sendEvent(event);
+  assert.deepEqual([first.duplicate, again.duplicate], [false, true]);
+  assert.equal(first.eventId, again.eventId);
+});
+
+test("the retry helper backs off on 5xx and waits out a 429", { skip }, async () => {
+  const jitters = [0.25, 0.75];
+  const pauses: number[] = [];
+  const sluice = new Sluice(URL, process.env.SLUICE_WORKER_TOKEN ?? "", {
+    sleep: async (ms) => {
+      pauses.push(ms);
+    },
+    random: () => jitters.shift() ?? 0,
+  });
+  const target: Target = { scope: await rule(100, 1000), path: "/x", method: "GET", account: "r1" };
+  const server = await upstream([503, {}], [429, { "retry-after": "2" }], [200, {}]);
+  const res = await sluice.call(target, server.send);
+  assert.equal(res.status, 200);
+  assert.equal(server.requests(), 3);
+  // 503: 500 ms + 0.25 × 500. 429: the 2 s penalty beats 1 s + 0.75 × 500.
+  // Then the permit waits out what is left of the penalty on the server's clock.
+  assert.equal(pauses.length, 3, `${pauses}`);
+  assert.equal(pauses[0], 625);
+  assert.equal(pauses[1], 2000);
+  assert.ok(pauses[2] >= 1500 && pauses[2] <= 2000, `${pauses}`);
+});
+
+test("the retry helper gives up with the executor's reasons", { skip }, async () => {
+  const { sluice } = client();
+  const scope = await rule(100, 1000);
+  const target: Target = { scope, path: "/x", method: "GET", account: "r2" };
+  let server = await upstream([503, {}], [503, {}], [503, {}]);
+  await assert.rejects(sluice.call(target, server.send), (e: unknown) => e instanceof GaveUp && e.reason === "attempts_exhausted" && e.attempts === 3 && e.last?.status === 503);
+
+  server = await upstream([0, {}]);
+  const post = { ...target, method: "POST" };
+  await assert.rejects(sluice.call(post, server.send), (e: unknown) => e instanceof GaveUp && e.reason === "unsafe_to_repeat");
+  assert.equal(server.requests(), 1);
+
+  server = await upstream([404, {}]);
+  assert.equal((await sluice.call(target, server.send)).status, 404);
+  assert.equal(server.requests(), 1);
+
+  await assert.rejects(sluice.call({ scope: "nobody_has_this_scope", path: "/x" }, server.send), (e: unknown) => e instanceof GaveUp && e.reason === "no_rule");
+  // The budget is checked once the permit is in hand: a clock that moved
+  // past it by then gives up before sending.
+  const ticks = [0, 10_000];
+  const late = new Sluice(URL, process.env.SLUICE_WORKER_TOKEN ?? "", { now: () => ticks.shift() ?? 10_000 });
+  await assert.rejects(
+    late.call(target, server.send, { policy: { maxAttempts: 3, baseDelayMs: 1, totalBudgetMs: 1000 } }),
+    (e: unknown) => e instanceof GaveUp && e.reason === "budget_exhausted",
+  );
+  assert.equal(server.requests(), 1);
+});
+
+test("the upstream breaker opens after five reported failures and permits are refused", { skip }, async (t) => {
+  const doc = await (await fetch(`${URL}/api/openapi.json`)).json();
+  if (!("/api/v1/upstream-breakers/report" in doc.paths)) {
+    t.skip("this server has no upstream breaker endpoints");
+    return;
+  }
+  const { sluice } = client();
+  const scope = await rule(100, 1000);
+  const target: Target = { scope, path: "/x", method: "GET", account: "b1" };
+  const server = await upstream(...Array.from({ length: 6 }, (): [number, Record<string, string>] => [503, {}]));
+  await assert.rejects(sluice.call(target, server.send, { breaker: true, policy: { maxAttempts: 5, baseDelayMs: 1, totalBudgetMs: 180_000 } }));
+  assert.equal((await sluice.admit(scope, "b1")).state, "open");
+  await assert.rejects(sluice.call(target, server.send, { breaker: true }), (e: unknown) => e instanceof GaveUp && e.reason === "breaker_open");
+  assert.equal(server.requests(), 5);
+});
+
+test("429 pauses are capped by the wait ceiling", () => {
+  assert.equal(delayMs(DEFAULT_POLICY, 1, 0, 429, 90_000, 65_000), 65_000);
+  assert.equal(delayMs({ ...DEFAULT_POLICY, waitCeilingMs: 1000 }, 3, 0, 429, null, 65_000), 1000);
+  assert.equal(delayMs(DEFAULT_POLICY, 2, 100, 503, 90_000, null), 1100);
+});

@@ -99,7 +99,7 @@ async fn five_failures_open_the_breaker_and_permits_are_refused_with_breaker_ope
 
 #[tokio::test]
 async fn rules_listed_as_ignored_grant_permits_while_their_breaker_is_open() {
-    let api = spawn_api_with(Mode::Embedded, &[("SLUICE_UPSTREAM_BREAKER_IGNORE_RULES", "vtex_pricing_write, wb_feeds")]).await;
+    let api = spawn_api_with(Mode::Embedded, &[("SLUICE_UPSTREAM_BREAKER_IGNORE_RULES", "vtex_pricing_put, wb_feeds")]).await;
     open_breaker(&api, "acct1").await;
     let (status, _, out) = api.post("/api/v1/permits", pricing_permit("acct1")).await;
     assert_eq!((status, out["granted"].as_bool()), (StatusCode::OK, Some(true)), "{out}");

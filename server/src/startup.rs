@@ -138,6 +138,7 @@ impl Application {
             deliveries: deliveries.clone(),
             ssrf: SsrfPolicy { allow: settings.delivery_allow_networks.clone() },
             upstream_breakers: upstream_breakers.clone(),
+            upstream_breaker_admin: upstream_breaker_admin.clone(),
             delivery_ladder: delivery_timing(&settings).0,
             delivery_breaker: delivery_timing(&settings).1,
             login_limiter,

@@ -254,7 +254,7 @@ impl RawSettings {
         for id in self.upstream_breaker_ignore_rules.split(',').map(str::trim).filter(|c| !c.is_empty()) {
             if id.len() > 128 || !id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) {
                 errors.push(format!(
-                    "upstream_breaker_ignore_rules (SLUICE_UPSTREAM_BREAKER_IGNORE_RULES): '{id}' is not a rule id such as vtex_pricing_write"
+                    "upstream_breaker_ignore_rules (SLUICE_UPSTREAM_BREAKER_IGNORE_RULES): '{id}' is not a rule id such as vtex_pricing_put"
                 ));
             } else {
                 upstream_breaker_ignore_rules.push(id.to_owned());
@@ -401,6 +401,15 @@ mod tests {
         assert!(msg.contains("redis_url (REDIS_URL): not a valid URL"), "{msg}");
         assert!(msg.contains("log_format"), "{msg}");
         assert!(!msg.contains("hunter2"), "the password leaked: {msg}");
+    }
+
+    #[test]
+    fn rules_whose_permits_ignore_the_upstream_breaker_are_a_list_of_rule_ids() {
+        assert!(load_env(None, &[]).expect("defaults").upstream_breaker_ignore_rules.is_empty());
+        let s = load_env(None, &[("SLUICE_UPSTREAM_BREAKER_IGNORE_RULES", " vtex_orders, rule_01abc ,")]).expect("valid");
+        assert_eq!(s.upstream_breaker_ignore_rules, vec!["vtex_orders".to_owned(), "rule_01abc".to_owned()]);
+        let msg = invalid(load_env(None, &[("SLUICE_UPSTREAM_BREAKER_IGNORE_RULES", "vtex_orders,no spaces")]));
+        assert!(msg.contains("upstream_breaker_ignore_rules (SLUICE_UPSTREAM_BREAKER_IGNORE_RULES): 'no spaces'"), "{msg}");
     }
 
     #[test]

@@ -9,14 +9,14 @@ use axum::http::header::RETRY_AFTER;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use sluice_engine::upstream_breaker::admin::UpstreamBreakerAdminError;
+use sluice_engine::upstream_breaker::admin::{UpstreamBreakerAdminError, MAX_REASON_CHARS};
 use sluice_engine::upstream_breaker::{BreakerError, BreakerKey, BreakerView, Phase, UpstreamAdmission};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::{AdminCaller, Caller};
-use super::error::{ApiError, ErrorOut, Json};
+use super::error::{ApiError, ErrorOut, FieldError, Json, ValidationErrorOut};
 use super::permits::ceil_millis;
 use crate::state::AppState;
 use sluice_engine::tokens::ApiScope;
@@ -188,7 +188,7 @@ pub struct UpstreamResetOut {
 fn breaker_key(account: Option<&str>, scope: &str) -> Result<BreakerKey, ApiError> {
     BreakerKey::new(account, scope).map_err(|e| match e {
         BreakerError::InvalidKey { what, .. } => {
-            ApiError::invalid("invalid_input", format!("{what}: must be 1–128 characters without braces or control characters"))
+            ApiError::invalid_field("invalid_input", what, "must be 1–128 characters without braces or control characters")
         }
         e => breaker_error(e),
     })
@@ -196,7 +196,7 @@ fn breaker_key(account: Option<&str>, scope: &str) -> Result<BreakerKey, ApiErro
 
 fn breaker_error(e: BreakerError) -> ApiError {
     match e {
-        BreakerError::InvalidKey { what, .. } => ApiError::invalid("invalid_input", format!("{what}: invalid")),
+        BreakerError::InvalidKey { what, .. } => ApiError::invalid_field("invalid_input", what, "invalid"),
         BreakerError::Store(_) | BreakerError::Contention { .. } => {
             tracing::warn!(error = &e as &dyn std::error::Error, "upstream breaker store");
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", "the breaker store is unavailable; retry shortly")
@@ -224,7 +224,7 @@ pub async fn list_upstream_breakers(State(state): State<AppState>, caller: Calle
             (then also `Retry-After`). Not needed for calls that take a permit: the permit endpoint admits too.",
             body = AdmissionOut,
             headers(("Retry-After" = u64, description = "With `open`: seconds until a probe may go"))),
-        (status = 422, description = "Invalid account or scope", body = ErrorOut),
+        (status = 422, description = "Invalid account or scope", body = ValidationErrorOut),
         (status = 401, description = "Missing or wrong token", body = ErrorOut),
         (status = 503, description = "Breaker store (Redis) unavailable", body = ErrorOut),
     ))]
@@ -256,7 +256,7 @@ pub async fn admit_upstream_call(State(state): State<AppState>, caller: Caller, 
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Counted; the breaker after it", body = ReportOut),
-        (status = 422, description = "Invalid account or scope, or not exactly one of `status` and `error`", body = ErrorOut),
+        (status = 422, description = "Invalid account or scope, or not exactly one of `status` and `error`", body = ValidationErrorOut),
         (status = 401, description = "Missing or wrong token", body = ErrorOut),
         (status = 503, description = "Breaker store (Redis) unavailable", body = ErrorOut),
     ))]
@@ -267,10 +267,13 @@ pub async fn report_upstream_outcome(State(state): State<AppState>, caller: Call
         (Some(status), None) if (100..=599).contains(&status) => {
             if status >= 500 { CountedAs::Failure } else { CountedAs::Success }
         }
-        (Some(_), None) => return Err(ApiError::invalid("invalid_input", "status: must be an HTTP status from 100 to 599")),
+        (Some(_), None) => return Err(ApiError::invalid_field("invalid_input", "status", "must be an HTTP status from 100 to 599")),
         (None, Some(CallErrorIn::NotSent)) => CountedAs::NotSent,
         (None, Some(_)) => CountedAs::Failure,
-        _ => return Err(ApiError::invalid("invalid_input", "status, error: give exactly one of them")),
+        _ => {
+            let both = "give exactly one of status and error";
+            return Err(ApiError::invalid_fields("invalid_input", vec![FieldError::new("status", both), FieldError::new("error", both)]));
+        }
     };
     let breakers = &state.upstream_breakers;
     let view = match counted_as {
@@ -290,7 +293,7 @@ pub async fn report_upstream_outcome(State(state): State<AppState>, caller: Call
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Closed (audited as `upstream_breaker.reset` with the reason)", body = UpstreamResetOut),
-        (status = 422, description = "Invalid account, scope or reason", body = ErrorOut),
+        (status = 422, description = "Invalid account, scope or reason", body = ValidationErrorOut),
         (status = 401, description = "Missing or wrong token", body = ErrorOut),
         (status = 403, description = "Needs an admin token", body = ErrorOut),
         (status = 503, description = "Breaker store (Redis) unavailable", body = ErrorOut),
@@ -303,7 +306,11 @@ pub async fn reset_upstream_breaker(
     let key = breaker_key(input.account.as_deref(), &input.scope)?;
     match state.upstream_breaker_admin.reset(&key, &caller.actor(), &input.reason, state.clock.now()).await {
         Ok(reset) => Ok(Json(UpstreamResetOut { before: reset.before.into(), after: reset.after.into() })),
-        Err(e @ UpstreamBreakerAdminError::Reason) => Err(ApiError::invalid("invalid_input", e.to_string())),
+        Err(UpstreamBreakerAdminError::Reason) => Err(ApiError::invalid_field(
+            "invalid_input",
+            "reason",
+            format!("say why the breaker is reset (1–{MAX_REASON_CHARS} characters)"),
+        )),
         Err(UpstreamBreakerAdminError::Breaker(e)) => Err(breaker_error(e)),
         Err(e @ UpstreamBreakerAdminError::Audit(_)) => Err(ApiError::internal("auditing an upstream breaker reset", &e)),
     }

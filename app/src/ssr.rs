@@ -49,6 +49,8 @@ pub struct AppContext {
     /// when embedded, in Redis when distributed (connected lazily, so the
     /// Breakers page says "unavailable" rather than failing while Redis is down).
     pub upstream_breakers: UpstreamBreaker,
+    /// Audited resets of upstream breakers (the HTTP API uses the same service).
+    pub upstream_breaker_admin: sluice_engine::upstream_breaker::admin::UpstreamBreakerAdmin,
     /// The delivery ladders' timings the worker runs with (product or demo).
     pub delivery_ladder: sluice_engine::delivery::ladder::LadderConfig,
     /// The merchant breakers' timings the worker runs with (product or demo).

@@ -154,10 +154,31 @@ export class BreakersPage {
   }
 
   async reset(merchantId: string, reason: string) {
+    await this.resetRow(this.merchant(merchantId), reason);
+  }
+
+  /** The upstream breaker row of (account, scope). */
+  upstream(account: string, scope: string): Locator {
+    return this.page.getByTestId('upstream-breaker').filter({ hasText: account }).filter({ hasText: scope });
+  }
+
+  async resetUpstream(account: string, scope: string, reason: string) {
+    await this.resetRow(this.upstream(account, scope), reason);
+  }
+
+  private async resetRow(row: Locator, reason: string) {
     await expect(this.page.locator('.frame[data-hydrated="true"]')).toHaveCount(1);
-    const row = this.merchant(merchantId);
     await row.getByTestId('reset-open').click();
     await row.getByTestId('reset-reason').fill(reason);
     await row.getByTestId('reset-confirm').click();
   }
+}
+
+/** Report one upstream call's outcome to the upstream breaker, as a worker in any language does. */
+export async function reportUpstream(request: APIRequestContext, account: string, scope: string, status: number) {
+  const resp = await request.post('/api/v1/upstream-breakers/report', {
+    headers: { Authorization: `Bearer ${apiToken('worker')}` },
+    data: { account, scope, status },
+  });
+  expect(resp.status()).toBe(200);
 }

@@ -1,6 +1,6 @@
 import { expect, test } from '@playwright/test';
 import { signIn } from '../pages/login';
-import { BreakersPage, MerchantsPage, MockMerchant, sendEvent, unique } from '../pages/deliveries';
+import { BreakersPage, MerchantsPage, MockMerchant, reportUpstream, sendEvent, unique } from '../pages/deliveries';
 
 // An endpoint that fails opens its merchant's breaker for real (≥ 5 attempts
 // in 5 min, ≥ 80 % failed, sent by the server's own delivery worker); the
@@ -34,4 +34,28 @@ test('support resets an open breaker and sees it closed and audited', async ({ b
   } finally {
     await endpoint.stop();
   }
+});
+
+// A worker in any language reports five 503s in a row over the API: the
+// upstream breaker of that account and scope opens, shows its failures and
+// next probe, and support resets it with a reason.
+test('support resets an open upstream breaker fed over the API', async ({ browser }) => {
+  const account = unique('seller');
+  const scope = 'vtex_pricing';
+  const page = await browser.newPage();
+  await signIn(page, 'support', '/breakers');
+  for (let i = 0; i < 5; i++) await reportUpstream(page.request, account, scope, 503);
+  const breakers = new BreakersPage(page);
+  await breakers.open();
+  const row = breakers.upstream(account, scope);
+  await expect(row.getByTestId('upstream-state')).toHaveText('open');
+  await expect(row.getByTestId('upstream-failures')).toHaveText('5');
+  await expect(row.getByTestId('upstream-next-probe')).not.toHaveText('—');
+  await page.screenshot({ path: 'artifacts/upstream-breakers.png', fullPage: true });
+  const reason = `upstream incident over (${account})`;
+  await breakers.resetUpstream(account, scope, reason);
+  await expect(page.getByTestId('reset-done')).toBeVisible();
+  await expect(breakers.upstream(account, scope)).toHaveCount(0);
+  await expect(page.getByTestId('reset-row').filter({ hasText: reason })).toContainText('upstream_breaker.reset');
+  await expect(page.getByTestId('reset-row').filter({ hasText: reason })).toContainText('e2e-support');
 });

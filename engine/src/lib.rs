@@ -19,3 +19,4 @@ pub mod audit;
 pub mod tokens;
 pub mod users;
 mod lazy_connect;
+pub mod redis_conn;

@@ -30,10 +30,11 @@ struct PermitOut {
     held_ms: u64,
     lease_id: Option<String>,
     shadow: bool,
+    probe: bool,
 }
 
 async fn create_permit(Json(_input): Json<PermitIn>) -> Json<PermitOut> {
-    Json(PermitOut { granted: true, wait_ms: 0, held_ms: 0, lease_id: None, shadow: false })
+    Json(PermitOut { granted: true, wait_ms: 0, held_ms: 0, lease_id: None, shadow: false, probe: false })
 }
 
 #[tokio::main]

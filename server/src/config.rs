@@ -35,6 +35,7 @@ struct RawSettings {
     session_secure_cookie: bool,
     quota_sample_every_secs: u64,
     api_token_cache_secs: u64,
+    upstream_breaker_ignore_rules: String,
 }
 
 /// Validated settings.
@@ -64,6 +65,9 @@ pub struct Settings {
     /// How long a live API token is trusted without reading the database
     /// (zero: every request reads it).
     pub api_token_cache: std::time::Duration,
+    /// Limit rules whose permits are not refused while the upstream breaker
+    /// of their account and scope is open (every other rule's are).
+    pub upstream_breaker_ignore_rules: Vec<String>,
     /// The delivery worker's ladder and breaker timings. Not read from files or
     /// the environment: only `sluice demo` switches to [`DeliveryTiming::Demo`].
     pub delivery_timing: DeliveryTiming,
@@ -246,6 +250,16 @@ impl RawSettings {
                 )),
             }
         }
+        let mut upstream_breaker_ignore_rules = Vec::new();
+        for id in self.upstream_breaker_ignore_rules.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+            if id.len() > 128 || !id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) {
+                errors.push(format!(
+                    "upstream_breaker_ignore_rules (SLUICE_UPSTREAM_BREAKER_IGNORE_RULES): '{id}' is not a rule id such as vtex_pricing_put"
+                ));
+            } else {
+                upstream_breaker_ignore_rules.push(id.to_owned());
+            }
+        }
         match (errors.is_empty(), listen) {
             (true, Some(listen)) => Ok(Settings {
                 listen,
@@ -265,6 +279,7 @@ impl RawSettings {
                 session_secure_cookie: self.session_secure_cookie,
                 quota_sample_every: std::time::Duration::from_secs(self.quota_sample_every_secs),
                 api_token_cache: std::time::Duration::from_secs(self.api_token_cache_secs),
+                upstream_breaker_ignore_rules,
                 delivery_timing: DeliveryTiming::Product,
             }),
             _ => Err(ConfigError::Invalid(errors)),
@@ -304,6 +319,7 @@ impl fmt::Debug for Settings {
             .field("session_secure_cookie", &self.session_secure_cookie)
             .field("quota_sample_every", &self.quota_sample_every)
             .field("api_token_cache", &self.api_token_cache)
+            .field("upstream_breaker_ignore_rules", &self.upstream_breaker_ignore_rules)
             .field("delivery_timing", &self.delivery_timing)
             .finish()
     }
@@ -385,6 +401,15 @@ mod tests {
         assert!(msg.contains("redis_url (REDIS_URL): not a valid URL"), "{msg}");
         assert!(msg.contains("log_format"), "{msg}");
         assert!(!msg.contains("hunter2"), "the password leaked: {msg}");
+    }
+
+    #[test]
+    fn rules_whose_permits_ignore_the_upstream_breaker_are_a_list_of_rule_ids() {
+        assert!(load_env(None, &[]).expect("defaults").upstream_breaker_ignore_rules.is_empty());
+        let s = load_env(None, &[("SLUICE_UPSTREAM_BREAKER_IGNORE_RULES", " vtex_orders, rule_01abc ,")]).expect("valid");
+        assert_eq!(s.upstream_breaker_ignore_rules, vec!["vtex_orders".to_owned(), "rule_01abc".to_owned()]);
+        let msg = invalid(load_env(None, &[("SLUICE_UPSTREAM_BREAKER_IGNORE_RULES", "vtex_orders,no spaces")]));
+        assert!(msg.contains("upstream_breaker_ignore_rules (SLUICE_UPSTREAM_BREAKER_IGNORE_RULES): 'no spaces'"), "{msg}");
     }
 
     #[test]

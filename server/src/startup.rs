@@ -8,8 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 use leptos::prelude::LeptosOptions;
 use sluice_app::ssr::AppContext;
+use sluice_engine::upstream_breaker::admin::UpstreamBreakerAdmin;
 use sluice_engine::upstream_breaker::lazy::LazyRedisBreakerStore;
 use sluice_engine::upstream_breaker::memory::MemoryBreakerStore;
+use sluice_engine::upstream_breaker::permits::{BreakerGate, PermitGateConfig};
 use sluice_engine::upstream_breaker::{BreakerStore, UpstreamBreaker, UpstreamBreakerConfig};
 use sluice_engine::clock::{SharedClock, SystemClock};
 use sluice_engine::db::{Backend, Db, PoolSettings};
@@ -21,8 +23,8 @@ use sluice_engine::quota::history::{HistoryConfig, QuotaHistory};
 use sluice_engine::quota::rules_repo::RELOAD_EVERY;
 use sluice_engine::tokens::TokenCache;
 use sluice_engine::quota::{
-    FallbackStore, LazyRedisStore, Limiter, LimiterConfig, MemoryStore, QuotaStore, RedisSettings, RuleReloader,
-    RuleRegistry, RulesRepo,
+    FallbackStore, LazyRedisStore, Limiter, LimiterConfig, MemoryStore, QuotaStore, RedisSettings, RuleId,
+    RuleReloader, RuleRegistry, RulesRepo,
 };
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -120,6 +122,13 @@ impl Application {
             .build();
         let rules = RulesRepo::new(db.clone());
         let deliveries = DeliveryStore::new(db.clone());
+        let upstream_breakers = build_upstream_breakers(&settings, &clock);
+        let gate_config = PermitGateConfig {
+            ignored_rules: settings.upstream_breaker_ignore_rules.iter().map(|id| RuleId(id.clone())).collect(),
+            store_down: settings.quota_store_down,
+        };
+        let permits = BreakerGate::new(limiter.clone(), upstream_breakers.clone(), gate_config);
+        let upstream_breaker_admin = UpstreamBreakerAdmin::new(db.clone(), upstream_breakers.clone());
         let app_context = AppContext {
             health: health.clone(),
             db: db.clone(),
@@ -128,7 +137,8 @@ impl Application {
             rules: rules.clone(),
             deliveries: deliveries.clone(),
             ssrf: SsrfPolicy { allow: settings.delivery_allow_networks.clone() },
-            upstream_breakers: build_upstream_breakers(&settings, &clock),
+            upstream_breakers: upstream_breakers.clone(),
+            upstream_breaker_admin: upstream_breaker_admin.clone(),
             delivery_ladder: delivery_timing(&settings).0,
             delivery_breaker: delivery_timing(&settings).1,
             login_limiter,
@@ -145,6 +155,9 @@ impl Application {
             db,
             clock,
             limiter,
+            permits,
+            upstream_breakers,
+            upstream_breaker_admin,
             health,
             leptos_options,
             prometheus: crate::telemetry::prometheus(),
@@ -222,29 +235,35 @@ impl Application {
 /// in distributed mode Redis, behind the configured store-down policy and
 /// connected lazily so an instance can start while Redis is down.
 fn build_quota_store(settings: &Settings, clock: &SharedClock) -> Arc<dyn QuotaStore> {
-    match &settings.redis_url {
+    match redis_settings(settings) {
         None => Arc::new(MemoryStore::new(clock.clone())),
-        Some(url) => {
-            let mut redis = RedisSettings::single(url, &settings.redis_prefix);
-            redis.cluster = settings.redis_cluster;
-            redis.timeout = settings.redis_timeout;
-            Arc::new(FallbackStore::new(
-                Arc::new(LazyRedisStore::new(redis)),
-                settings.quota_store_down,
-                clock.clone(),
-                Duration::from_millis(500),
-            ))
-        }
+        Some(redis) => Arc::new(FallbackStore::new(
+            Arc::new(LazyRedisStore::new(redis)),
+            settings.quota_store_down,
+            clock.clone(),
+            Duration::from_millis(500),
+        )),
     }
 }
 
+/// The deployment's Redis (one node or a cluster), if it has one.
+fn redis_settings(settings: &Settings) -> Option<RedisSettings> {
+    settings.redis_url.as_deref().map(|url| {
+        let mut redis = RedisSettings::single(url, &settings.redis_prefix);
+        redis.cluster = settings.redis_cluster;
+        redis.timeout = settings.redis_timeout;
+        redis
+    })
+}
+
 /// The upstream circuit breakers: in memory when embedded; in Redis when
-/// distributed, so every instance sees the same states, connected lazily so
-/// an instance starts (and shows the Breakers page) while Redis is down.
+/// distributed (the same node or cluster as the quotas), so every instance
+/// sees the same states, connected lazily so an instance starts (and shows
+/// the Breakers page) while Redis is down.
 fn build_upstream_breakers(settings: &Settings, clock: &SharedClock) -> UpstreamBreaker {
-    let store: Arc<dyn BreakerStore> = match &settings.redis_url {
+    let store: Arc<dyn BreakerStore> = match redis_settings(settings) {
         None => Arc::new(MemoryBreakerStore::new(clock.clone())),
-        Some(url) => Arc::new(LazyRedisBreakerStore::new(url.as_str(), settings.redis_prefix.clone())),
+        Some(redis) => Arc::new(LazyRedisBreakerStore::new(redis)),
     };
     UpstreamBreaker::new(store, UpstreamBreakerConfig::default())
 }

@@ -10,6 +10,9 @@ use sluice_engine::clock::SharedClock;
 use sluice_engine::db::Db;
 use sluice_engine::delivery::DeliveryStore;
 use sluice_engine::quota::{Limiter, RulesRepo};
+use sluice_engine::upstream_breaker::admin::UpstreamBreakerAdmin;
+use sluice_engine::upstream_breaker::permits::BreakerGate;
+use sluice_engine::upstream_breaker::UpstreamBreaker;
 
 use crate::config::Settings;
 use crate::health::Health;
@@ -27,6 +30,12 @@ pub struct Shared {
     pub clock: SharedClock,
     /// The shared-quota limiter (memory or Redis behind the store-down policy).
     pub limiter: Limiter,
+    /// The limiter behind the upstream breakers: what the permit endpoint asks.
+    pub permits: BreakerGate,
+    /// The upstream breakers (per account and API scope) workers admit and report to.
+    pub upstream_breakers: UpstreamBreaker,
+    /// Audited resets of upstream breakers (the Breakers page uses the same).
+    pub upstream_breaker_admin: UpstreamBreakerAdmin,
     /// Limit rules in the database; edits reach every instance through the reloader.
     pub rules: RulesRepo,
     /// The webhook outbox.

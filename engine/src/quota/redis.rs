@@ -13,10 +13,7 @@ use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, Script, Value};
+use redis::{RedisError, Script, Value};
 
 use crate::clock::duration_micros;
 
@@ -32,61 +29,12 @@ const INDEX_REFRESH: Duration = Duration::from_secs(60);
 /// Buckets unused this long drop out of the index.
 const INDEX_TTL_MS: i64 = 7 * 24 * 3600 * 1000;
 
-/// Settings of the Redis store.
-#[derive(Clone, Debug)]
-pub struct RedisSettings {
-    /// `redis://host:port` (one URL), or several for a cluster.
-    pub urls: Vec<String>,
-    pub cluster: bool,
-    /// Key prefix (`SLUICE_REDIS_PREFIX`, default `sluice`).
-    pub prefix: String,
-    /// Deadline of one store call; an outage is detected within it.
-    pub timeout: Duration,
-}
-
-impl RedisSettings {
-    pub fn single(url: &str, prefix: &str) -> RedisSettings {
-        RedisSettings {
-            urls: vec![url.to_owned()],
-            cluster: false,
-            prefix: prefix.to_owned(),
-            timeout: Duration::from_millis(250),
-        }
-    }
-}
-
-#[derive(Clone)]
-enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
-        }
-    }
-    fn get_db(&self) -> i64 {
-        0
-    }
-}
+pub use crate::redis_conn::RedisSettings;
+use crate::redis_conn::RedisConn;
 
 /// Buckets in Redis, shared by every instance.
 pub struct RedisStore {
-    conn: Conn,
+    conn: RedisConn,
     prefix: String,
     timeout: Duration,
     script: Script,
@@ -111,28 +59,11 @@ fn classify(e: RedisError) -> StoreError {
 impl RedisStore {
     /// Connect (within the timeout). A Redis that is down at startup is an error.
     pub async fn connect(settings: &RedisSettings) -> Result<RedisStore, StoreError> {
-        let t = settings.timeout;
-        let conn = if settings.cluster {
-            let client = ClusterClient::builder(settings.urls.clone())
-                .connection_timeout(t)
-                .response_timeout(t)
-                .build()
-                .map_err(classify)?;
-            Conn::Cluster(timed(t, client.get_async_connection()).await?)
-        } else {
-            let url = settings.urls.first().ok_or_else(|| StoreError::Protocol("no Redis URL".into()))?;
-            let client = redis::Client::open(url.as_str()).map_err(classify)?;
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(t))
-                .set_response_timeout(Some(t))
-                .set_number_of_retries(1)
-                .set_max_delay(Duration::from_millis(200));
-            Conn::Single(timed(t, ConnectionManager::new_with_config(client, config)).await?)
-        };
+        let conn = RedisConn::connect(settings).await.map_err(classify)?;
         Ok(RedisStore {
             conn,
             prefix: settings.prefix.clone(),
-            timeout: t,
+            timeout: settings.timeout,
             script: Script::new(SCRIPT),
             indexed: Mutex::new(HashMap::new()),
         })

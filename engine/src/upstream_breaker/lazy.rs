@@ -8,24 +8,21 @@
 use std::fmt;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-
 use super::redis::RedisBreakerStore;
 use super::{BreakerError, BreakerKey, BreakerState, BreakerStore, Loaded};
 use crate::clock::Timestamp;
 use crate::lazy_connect::LazyConnection;
+use crate::redis_conn::RedisSettings;
 
 pub struct LazyRedisBreakerStore {
-    url: String,
-    prefix: String,
-    timeout: Duration,
+    settings: RedisSettings,
     store: LazyConnection<RedisBreakerStore>,
 }
 
 impl fmt::Debug for LazyRedisBreakerStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LazyRedisBreakerStore")
-            .field("prefix", &self.prefix)
+            .field("prefix", &self.settings.prefix)
             .field("connected", &self.store.is_connected())
             .finish()
     }
@@ -36,37 +33,17 @@ impl fmt::Debug for LazyRedisBreakerStore {
 struct NotConnected;
 
 impl LazyRedisBreakerStore {
-    /// Nothing is connected here; the first call tries.
-    pub fn new(url: impl Into<String>, prefix: impl Into<String>) -> Self {
-        LazyRedisBreakerStore {
-            url: url.into(),
-            prefix: prefix.into(),
-            timeout: RedisBreakerStore::DEFAULT_TIMEOUT,
-            store: LazyConnection::new(),
-        }
-    }
-
-    async fn connect(&self) -> Result<RedisBreakerStore, BreakerError> {
-        let store_err = |e: Box<dyn std::error::Error + Send + Sync>| BreakerError::Store(e);
-        let client = redis::Client::open(self.url.as_str()).map_err(|e| store_err(Box::new(e)))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(200));
-        let conn = match tokio::time::timeout(self.timeout, ConnectionManager::new_with_config(client, config)).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return Err(store_err(Box::new(e))),
-            Err(elapsed) => return Err(store_err(Box::new(elapsed))),
-        };
-        Ok(RedisBreakerStore::new(conn, self.prefix.clone()).with_timeout(self.timeout))
+    /// Nothing is connected here; the first call tries (one node or a
+    /// cluster, as `settings` say).
+    pub fn new(settings: RedisSettings) -> Self {
+        LazyRedisBreakerStore { settings, store: LazyConnection::new() }
     }
 
     async fn get(&self) -> Result<&RedisBreakerStore, BreakerError> {
         let connect = || async {
-            let store = self.connect().await;
+            let store = RedisBreakerStore::connect(&self.settings).await;
             match &store {
-                Ok(_) => tracing::info!(prefix = %self.prefix, "breaker store connected to Redis"),
+                Ok(_) => tracing::info!(prefix = %self.settings.prefix, "breaker store connected to Redis"),
                 Err(e) => tracing::warn!(error = %e, "breaker store: Redis not reachable yet"),
             }
             store

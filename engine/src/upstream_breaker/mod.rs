@@ -11,9 +11,11 @@
 //! Merchant webhook endpoints have their own, differently shaped breaker in the
 //! delivery module.
 
+pub mod admin;
 pub mod decision;
 pub mod lazy;
 pub mod memory;
+pub mod permits;
 pub mod redis;
 
 use std::fmt;
@@ -35,19 +37,23 @@ pub struct BreakerKey {
 pub use crate::quota::stats::GLOBAL_ACCOUNT;
 
 impl BreakerKey {
-    /// `account` `None` means [`GLOBAL_ACCOUNT`]. Both parts must be 1–128
-    /// visible ASCII characters without braces (they end up in Redis keys,
-    /// where braces mark the hash tag).
+    /// `account` `None` (or empty) means [`GLOBAL_ACCOUNT`]. Both parts must
+    /// be 1–128 bytes without braces or control characters: they end up in
+    /// Redis keys, where braces mark the hash tag. Every account the limiter
+    /// accepts is accepted here too.
     pub fn new(account: Option<&str>, scope: &str) -> Result<Self, BreakerError> {
-        let account = account.unwrap_or(GLOBAL_ACCOUNT);
+        let account = account.filter(|a| !a.is_empty()).unwrap_or(GLOBAL_ACCOUNT);
         for (what, value) in [("account", account), ("scope", scope)] {
-            let ok = (1..=128).contains(&value.len())
-                && value.bytes().all(|b| b.is_ascii_graphic() && b != b'{' && b != b'}');
-            if !ok {
-                return Err(BreakerError::InvalidKey { what, value: value.to_owned() });
+            if !Self::valid_part(value) {
+                return Err(BreakerError::InvalidKey { what, value: value.chars().take(128).collect() });
             }
         }
         Ok(BreakerKey { account: account.to_owned(), scope: scope.to_owned() })
+    }
+
+    /// What an account or a scope must be: see [`BreakerKey::new`].
+    pub fn valid_part(value: &str) -> bool {
+        (1..=128).contains(&value.len()) && !value.chars().any(|c| c == '{' || c == '}' || c.is_control())
     }
 
     pub fn account(&self) -> &str {
@@ -113,7 +119,7 @@ pub trait BreakerStore: Send + Sync + fmt::Debug {
     async fn reset(&self, key: &BreakerKey) -> Result<(), BreakerError>;
 }
 
-/// A breaker as the UI shows it.
+/// A breaker as the UI, the API and the audit log show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BreakerView {
     pub account: String,
@@ -124,6 +130,40 @@ pub struct BreakerView {
     pub next_probe_at: Option<Timestamp>,
     pub probe_successes: u32,
     pub trips: u64,
+}
+
+impl BreakerView {
+    pub fn new(key: &BreakerKey, s: &BreakerState) -> BreakerView {
+        BreakerView {
+            account: key.account.clone(),
+            scope: key.scope.clone(),
+            phase: s.phase,
+            consecutive_failures: s.consecutive_failures,
+            opened_at: s.opened_at,
+            next_probe_at: s.next_probe_at,
+            probe_successes: s.probe_successes,
+            trips: s.trips,
+        }
+    }
+}
+
+/// An admission with the state it left behind and the store's clock, for
+/// callers that tell a worker how long to wait (HTTP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    pub admission: UpstreamAdmission,
+    pub state: BreakerState,
+    pub now: Timestamp,
+}
+
+impl Admitted {
+    /// How long a rejected caller should wait (zero when admitted).
+    pub fn retry_after(&self) -> Duration {
+        match self.admission {
+            UpstreamAdmission::Rejected { retry_at } => retry_at.saturating_duration_since(self.now),
+            _ => Duration::ZERO,
+        }
+    }
 }
 
 /// The upstream breakers of one deployment: a store and the thresholds.
@@ -154,7 +194,21 @@ impl UpstreamBreaker {
 
     /// May a call to `key` go out now?
     pub async fn admit(&self, key: &BreakerKey) -> Result<UpstreamAdmission, BreakerError> {
-        self.update(key, decision::decide).await
+        Ok(self.admit_with_state(key).await?.admission)
+    }
+
+    /// [`UpstreamBreaker::admit`], with the state after it and the store's clock.
+    pub async fn admit_with_state(&self, key: &BreakerKey) -> Result<Admitted, BreakerError> {
+        self.update(key, |state, now, config| {
+            let (admission, next) = decision::decide(state, now, config);
+            (Admitted { admission, state: next, now }, next)
+        })
+        .await
+    }
+
+    /// The breaker as it stands, without changing it.
+    pub async fn view(&self, key: &BreakerKey) -> Result<BreakerView, BreakerError> {
+        Ok(BreakerView::new(key, &self.store.load(key).await?.state))
     }
 
     /// Report how a call to `key` went (`failed`: 5xx, timeout, network error).
@@ -175,22 +229,11 @@ impl UpstreamBreaker {
     pub async fn list(&self) -> Result<Vec<BreakerView>, BreakerError> {
         let (mut all, _now) = self.store.list().await?;
         all.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(all
-            .into_iter()
-            .map(|(key, s)| BreakerView {
-                account: key.account,
-                scope: key.scope,
-                phase: s.phase,
-                consecutive_failures: s.consecutive_failures,
-                opened_at: s.opened_at,
-                next_probe_at: s.next_probe_at,
-                probe_successes: s.probe_successes,
-                trips: s.trips,
-            })
-            .collect())
+        Ok(all.iter().map(|(key, s)| BreakerView::new(key, s)).collect())
     }
 
-    /// Close a breaker by hand (support staff).
+    /// Forget a breaker: it reads as closed afterwards. Support staff reset
+    /// through [`admin::UpstreamBreakerAdmin`], which audits it.
     pub async fn reset(&self, key: &BreakerKey) -> Result<(), BreakerError> {
         self.store.reset(key).await
     }

@@ -1,28 +1,43 @@
 //! Redis breaker store: one hash per breaker at `{prefix}:br:{<account>}:<scope>`
-//! (hash-tagged by account, so it runs on Redis Cluster), with a TTL.
+//! (hash-tagged by account, so every script touches one slot and runs on
+//! Redis Cluster), with a TTL.
 //!
 //! Two scripts: `load.lua` reads the hash together with Redis `TIME`, which is
 //! the clock every instance shares; `cas.lua` writes a new state only if the
 //! version is still the one loaded. The transition itself is computed in Rust
 //! by [`super::UpstreamBreaker`], so this adapter holds no decision logic.
+//!
+//! Listing never scans the keyspace (`SCAN` sees one node of a cluster and
+//! walks every key of a big single node): every write also puts the
+//! breaker's key into a sorted set, `{prefix}:br-index`, scored by the time
+//! of the write. The set forgets a member when the breaker's own key would
+//! have expired (same TTL), and expires itself when no breaker is written.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use futures::{StreamExt, TryStreamExt};
 use redis::{RedisError, Script, Value};
 
 use super::{BreakerError, BreakerKey, BreakerState, BreakerStore, Loaded, Phase};
 use crate::clock::{SharedClock, Timestamp};
+use crate::redis_conn::{RedisConn, RedisSettings};
 
 const LOAD: &str = include_str!("lua/load.lua");
 const CAS: &str = include_str!("lua/cas.lua");
 
-/// Upstream breakers in Redis.
+/// Index members live this much longer than the breaker keys they name, so
+/// a member never disappears before its key (the two times come from
+/// different calls).
+const INDEX_SLACK: Duration = Duration::from_secs(60);
+/// Breaker hashes read at once when listing.
+const LIST_CONCURRENCY: usize = 32;
+
+/// Upstream breakers in Redis (one node or a cluster).
 #[derive(Clone)]
 pub struct RedisBreakerStore {
-    conn: ConnectionManager,
+    conn: RedisConn,
     prefix: String,
     timeout: Duration,
     clock: Option<SharedClock>,
@@ -37,18 +52,26 @@ impl std::fmt::Debug for RedisBreakerStore {
 }
 
 impl RedisBreakerStore {
-    /// Store calls give up after this long, so an outage is noticed quickly.
+    /// Store calls give up after this long unless the settings say otherwise.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
 
-    pub fn new(conn: ConnectionManager, prefix: impl Into<String>) -> Self {
+    /// A store over an existing connection (tests; a single node).
+    pub fn new(conn: impl Into<RedisConn>, prefix: impl Into<String>) -> Self {
         RedisBreakerStore {
-            conn,
+            conn: conn.into(),
             prefix: prefix.into(),
             timeout: Self::DEFAULT_TIMEOUT,
             clock: None,
             load: Script::new(LOAD),
             cas: Script::new(CAS),
         }
+    }
+
+    /// Connect as `settings` say (one node or a cluster, within the timeout);
+    /// calls then time out after `settings.timeout`.
+    pub async fn connect(settings: &RedisSettings) -> Result<Self, BreakerError> {
+        let conn = RedisConn::connect(settings).await.map_err(|e| BreakerError::Store(Box::new(e)))?;
+        Ok(RedisBreakerStore::new(conn, settings.prefix.clone()).with_timeout(settings.timeout))
     }
 
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
@@ -67,6 +90,10 @@ impl RedisBreakerStore {
         format!("{}:br:{{{}}}:{}", self.prefix, key.account(), key.scope())
     }
 
+    fn index_key(&self) -> String {
+        format!("{}:br-index", self.prefix)
+    }
+
     /// `now` from a Redis `TIME` reply, unless a test clock overrides it.
     fn now(&self, secs: i64, micros: i64) -> Timestamp {
         match &self.clock {
@@ -80,6 +107,25 @@ impl RedisBreakerStore {
             Ok(result) => result.map_err(|e| BreakerError::Store(Box::new(e))),
             Err(elapsed) => Err(BreakerError::Store(Box::new(elapsed))),
         }
+    }
+
+    /// Record that `redis_key` was written at `now`, and forget members
+    /// whose keys have expired.
+    async fn index(&self, redis_key: &str, now: Timestamp, ttl: Duration) -> Result<(), BreakerError> {
+        let keep = ttl + INDEX_SLACK;
+        let keep_ms = i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
+        let mut pipe = redis::pipe();
+        pipe.zadd(self.index_key(), redis_key, now.as_millis()).ignore();
+        pipe.zrembyscore(self.index_key(), "-inf", now.as_millis().saturating_sub(keep_ms)).ignore();
+        pipe.pexpire(self.index_key(), keep_ms).ignore();
+        let mut conn = self.conn.clone();
+        self.timed(pipe.query_async::<()>(&mut conn)).await
+    }
+
+    async fn read(&self, redis_key: String) -> Result<(String, HashMap<String, String>), BreakerError> {
+        let mut conn = self.conn.clone();
+        let fields = self.timed(redis::cmd("HGETALL").arg(&redis_key).query_async(&mut conn)).await?;
+        Ok((redis_key, fields))
     }
 }
 
@@ -107,35 +153,36 @@ impl BreakerStore for RedisBreakerStore {
         ttl: Duration,
     ) -> Result<bool, BreakerError> {
         let mut conn = self.conn.clone();
-        let mut invocation = self.cas.key(self.key(key));
+        let redis_key = self.key(key);
+        let mut invocation = self.cas.key(&redis_key);
         invocation.arg(version).arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1));
         invocation.arg("account").arg(key.account()).arg("scope").arg(key.scope());
         for (field, value) in encode(state) {
             invocation.arg(field).arg(value);
         }
-        let written: i64 = self.timed(invocation.invoke_async(&mut conn)).await?;
-        Ok(written == 1)
+        let written: Vec<i64> = self.timed(invocation.invoke_async(&mut conn)).await?;
+        let [1, secs, micros] = written[..] else { return Ok(false) };
+        // The state is stored; an index write that fails only hides the
+        // breaker from the list until its next write, so it is not an error
+        // of the caller's call.
+        if let Err(e) = self.index(&redis_key, self.now(secs, micros), ttl).await {
+            tracing::warn!(error = %e, breaker = %key, "could not index an upstream breaker");
+        }
+        Ok(true)
     }
 
     async fn list(&self) -> Result<(Vec<(BreakerKey, BreakerState)>, Timestamp), BreakerError> {
         let mut conn = self.conn.clone();
-        let pattern = format!("{}:br:{{*", self.prefix);
-        let mut keys = Vec::new();
-        let mut cursor = 0u64;
-        loop {
-            let scan = redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(500).to_owned();
-            let (next, batch): (u64, Vec<String>) = self.timed(scan.query_async(&mut conn)).await?;
-            keys.extend(batch);
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        let mut all = Vec::with_capacity(keys.len());
-        for redis_key in keys {
-            let fields: HashMap<String, String> =
-                self.timed(redis::cmd("HGETALL").arg(&redis_key).query_async(&mut conn)).await?;
-            // Expired between SCAN and HGETALL: gone, skip it.
+        let members: Vec<String> =
+            self.timed(redis::cmd("ZRANGE").arg(self.index_key()).arg(0).arg(-1).query_async(&mut conn)).await?;
+        let read: Vec<(String, HashMap<String, String>)> = futures::stream::iter(members.into_iter().map(|k| self.read(k)))
+            .buffer_unordered(LIST_CONCURRENCY)
+            .try_collect()
+            .await?;
+        let mut all = Vec::with_capacity(read.len());
+        for (redis_key, fields) in read {
+            // Expired or reset since it was indexed: the member is trimmed by
+            // score later. Removing it here could race a write re-creating it.
             let (Some(account), Some(scope)) = (fields.get("account"), fields.get("scope")) else {
                 continue;
             };
@@ -148,7 +195,11 @@ impl BreakerStore for RedisBreakerStore {
 
     async fn reset(&self, key: &BreakerKey) -> Result<(), BreakerError> {
         let mut conn = self.conn.clone();
-        let _: Value = self.timed(redis::cmd("DEL").arg(self.key(key)).query_async(&mut conn)).await?;
+        let redis_key = self.key(key);
+        // Unindex first: a write landing in between re-indexes its key, and
+        // the DEL then leaves at most a member that lists as nothing.
+        let _: Value = self.timed(redis::cmd("ZREM").arg(self.index_key()).arg(&redis_key).query_async(&mut conn)).await?;
+        let _: Value = self.timed(redis::cmd("DEL").arg(&redis_key).query_async(&mut conn)).await?;
         Ok(())
     }
 }

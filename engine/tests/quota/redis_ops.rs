@@ -14,6 +14,7 @@ mod quota_redis_ops {
     };
 
     use crate::support::{test_redis_url, unique_prefix, Backend, OwnRedis};
+    use sluice_engine::redis_conn::testing::OwnCluster;
 
     const MIN: Duration = Duration::from_secs(60);
 
@@ -73,36 +74,10 @@ mod quota_redis_ops {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_contract_suite_holds_on_a_three_node_redis_cluster() {
-        let nodes: Vec<OwnRedis> = (0..3)
-            .map(|_| OwnRedis::start(&["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]))
-            .collect();
-        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
-        let status = std::process::Command::new("redis-cli")
-            .arg("--cluster")
-            .arg("create")
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .expect("redis-cli --cluster create");
-        assert!(status.success());
-        // Poll (with a deadline) until every node reports the cluster ready.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for n in &nodes {
-            let client = redis::Client::open(n.url()).expect("url");
-            loop {
-                let mut c = client.get_connection().expect("node connection");
-                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).expect("cluster info");
-                if info.contains("cluster_state:ok") {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "cluster did not become ready");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-        let urls = nodes.iter().map(OwnRedis::url).collect();
+        let cluster = OwnCluster::start(3);
+        let urls = cluster.urls();
         crate::contract::run_all(&Backend::Redis { urls, cluster: true }).await;
-        drop(nodes);
+        drop(cluster);
     }
 
     async fn outage_limiter(redis: &OwnRedis, policy: StorePolicy, limit: Limit) -> Limiter {

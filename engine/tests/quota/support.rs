@@ -2,11 +2,8 @@
 //! our own (for outage and Cluster tests; the shared Redis on 6379 is never
 //! stopped).
 
-use std::net::TcpListener;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sluice_engine::clock::{ManualClock, SharedClock, Timestamp};
 use sluice_engine::quota::{
@@ -91,72 +88,4 @@ pub fn assert_wait(actual: Duration, expected: Duration, tol: Duration) {
     );
 }
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
-}
-
-/// A redis-server of our own on a spare loopback port, killed on drop.
-pub struct OwnRedis {
-    pub port: u16,
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    extra: Vec<String>,
-}
-
-impl OwnRedis {
-    pub fn start(extra: &[&str]) -> OwnRedis {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut r =
-            OwnRedis { port: free_port(), child: None, dir, extra: extra.iter().map(|s| s.to_string()).collect() };
-        r.restart();
-        r
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// Start (again) on the same port.
-    pub fn restart(&mut self) {
-        self.stop();
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .args(&self.extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
-        self.child = Some(child);
-        wait_for_ping(self.port, self.dir.path());
-    }
-
-    pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// Poll (with a deadline) until a spawned redis-server answers PING.
-pub fn wait_for_ping(port: u16, _dir: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).expect("url");
-    loop {
-        if let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(200)) {
-            if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                return;
-            }
-        }
-        assert!(Instant::now() < deadline, "redis-server on port {port} did not come up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+pub use sluice_engine::redis_conn::testing::OwnRedis;

@@ -1,14 +1,17 @@
 //! One behavioural suite for the upstream breaker, run against every store:
-//! in memory and real Redis (`SLUICE_TEST_REDIS_URL`, each test under its own
-//! key prefix). Both run on a manual clock, so "30 s later" takes no time.
+//! in memory, real Redis (`SLUICE_TEST_REDIS_URL`, each test under its own
+//! key prefix) and a three-node Redis Cluster of the test's own. All run on a
+//! manual clock, so "30 s later" takes no time.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_engine::clock::{Clock, ManualClock, SharedClock, Timestamp};
+use sluice_engine::redis_conn::testing::OwnCluster;
+use sluice_engine::redis_conn::RedisSettings;
 use sluice_engine::upstream_breaker::memory::MemoryBreakerStore;
 use sluice_engine::upstream_breaker::redis::RedisBreakerStore;
-use sluice_engine::upstream_breaker::{UpstreamAdmission, UpstreamBreaker, UpstreamBreakerConfig, BreakerKey, Phase};
-use sluice_engine::clock::{Clock, ManualClock, SharedClock, Timestamp};
+use sluice_engine::upstream_breaker::{BreakerKey, Phase, UpstreamAdmission, UpstreamBreaker, UpstreamBreakerConfig};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
 
@@ -129,6 +132,31 @@ async fn concurrent_reports_are_all_counted(b: UpstreamBreaker, _clock: Arc<Manu
     assert_eq!(b.list().await.expect("list")[0].consecutive_failures, 20);
 }
 
+async fn accounts_in_every_slot_are_listed(b: UpstreamBreaker, _clock: Arc<ManualClock>) {
+    // Sixteen accounts land on every node of a three-node cluster: listing
+    // must find them all (SCAN on one node would not).
+    let keys: Vec<BreakerKey> =
+        (0..16).map(|i| BreakerKey::new(Some(&format!("seller-{i:02}")), "orders").expect("key")).collect();
+    for k in &keys {
+        b.record(k, true).await.expect("record");
+    }
+    let listed: Vec<String> = b.list().await.expect("list").into_iter().map(|v| v.account).collect();
+    let expected: Vec<String> = keys.iter().map(|k| k.account().to_owned()).collect();
+    assert_eq!(listed, expected);
+}
+
+async fn a_reset_breaker_is_no_longer_listed_and_others_stay(b: UpstreamBreaker, _clock: Arc<ManualClock>) {
+    let other = BreakerKey::new(Some("seller-2"), "marketplace").expect("key");
+    fail(&b, &key(), 5).await;
+    fail(&b, &other, 1).await;
+    b.reset(&key()).await.expect("reset");
+    let listed: Vec<String> = b.list().await.expect("list").into_iter().map(|v| v.account).collect();
+    assert_eq!(listed, vec!["seller-2".to_owned()]);
+    // A reset breaker that fails again is listed again.
+    fail(&b, &key(), 1).await;
+    assert_eq!(b.list().await.expect("list").len(), 2);
+}
+
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {
         mod memory {
@@ -154,6 +182,28 @@ macro_rules! contract {
                 }
             )*
         }
+
+        /// Every case on one cluster of our own (starting one per case would
+        /// cost seconds each), each case under its own prefix.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn the_contract_suite_holds_on_a_three_node_redis_cluster() {
+            let cluster = OwnCluster::start(3);
+            let settings = |prefix: String| RedisSettings {
+                urls: cluster.urls(),
+                cluster: true,
+                prefix,
+                timeout: Duration::from_secs(2),
+            };
+            $(
+                let clock = Arc::new(ManualClock::at_test_epoch());
+                let store = RedisBreakerStore::connect(&settings(test_prefix()))
+                    .await
+                    .expect("connect to the cluster")
+                    .with_clock(clock.clone() as SharedClock);
+                $name(UpstreamBreaker::new(Arc::new(store), UpstreamBreakerConfig::default()), clock).await;
+            )*
+            drop(cluster);
+        }
     };
 }
 
@@ -165,6 +215,8 @@ contract!(
     breakers_are_listed_with_what_the_ui_shows,
     a_reset_closes_the_breaker,
     concurrent_reports_are_all_counted,
+    accounts_in_every_slot_are_listed,
+    a_reset_breaker_is_no_longer_listed_and_others_stay,
 );
 
 #[tokio::test]
@@ -178,7 +230,46 @@ async fn redis_breakers_use_redis_time_and_hash_tagged_keys_with_a_ttl() {
     let opened = view.opened_at.expect("open");
     // Redis's clock, not ours: the same machine here, so within a few seconds.
     assert!(opened.saturating_duration_since(before) < SECS(5) && before.saturating_duration_since(opened) < SECS(5));
-    let redis_key = format!("{prefix}:br:{{seller-1}}:marketplace");
-    let ttl: i64 = redis::cmd("PTTL").arg(&redis_key).query_async(&mut conn).await.expect("pttl");
-    assert!(ttl > 0 && ttl <= 86_400_000, "ttl {ttl}");
+    // Every key the store wrote (the breaker and the index) expires.
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut conn).await.expect("keys");
+    let mut keys_sorted = keys.clone();
+    keys_sorted.sort();
+    assert_eq!(keys_sorted, vec![format!("{prefix}:br-index"), format!("{prefix}:br:{{seller-1}}:marketplace")]);
+    for k in keys {
+        let ttl: i64 = redis::cmd("PTTL").arg(&k).query_async(&mut conn).await.expect("pttl");
+        assert!(ttl > 0 && ttl <= 86_400_000 + 60_000, "{k}: ttl {ttl}");
+    }
+}
+
+#[tokio::test]
+async fn the_index_forgets_breakers_whose_keys_expired() {
+    let prefix = test_prefix();
+    let mut conn = redis_conn().await;
+    let clock = Arc::new(ManualClock::at_test_epoch());
+    let store = RedisBreakerStore::new(conn.clone(), prefix.clone()).with_clock(clock.clone() as SharedClock);
+    let b = UpstreamBreaker::new(Arc::new(store), UpstreamBreakerConfig::default());
+    let old = BreakerKey::new(Some("gone"), "orders").expect("key");
+    b.record(&old, true).await.expect("record");
+    // A day and more later (on the index's clock) another breaker is written:
+    // the first one's member is trimmed with its key's lifetime.
+    clock.advance(SECS(86_400 + 120));
+    b.record(&key(), true).await.expect("record");
+    let members: Vec<String> =
+        redis::cmd("ZRANGE").arg(format!("{prefix}:br-index")).arg(0).arg(-1).query_async(&mut conn).await.expect("zrange");
+    assert_eq!(members, vec![format!("{prefix}:br:{{seller-1}}:marketplace")]);
+}
+
+#[tokio::test]
+async fn the_memory_store_forgets_expired_breakers_without_being_listed() {
+    let clock = Arc::new(ManualClock::at_test_epoch());
+    let store = Arc::new(MemoryBreakerStore::new(clock.clone() as SharedClock));
+    let b = UpstreamBreaker::new(store.clone(), UpstreamBreakerConfig::default());
+    for i in 0..1000 {
+        b.record(&BreakerKey::new(Some(&format!("old-{i}")), "orders").expect("key"), true).await.expect("record");
+    }
+    clock.advance(SECS(86_400));
+    for i in 0..1100 {
+        b.record(&BreakerKey::new(Some(&format!("new-{i}")), "orders").expect("key"), true).await.expect("record");
+    }
+    assert!(store.held() <= 1100, "expired breakers are swept: {} held", store.held());
 }

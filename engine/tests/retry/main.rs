@@ -5,5 +5,6 @@
 mod breaker_contract;
 mod fake_gate;
 mod http_server;
+mod permits;
 mod quota;
 mod scenarios;

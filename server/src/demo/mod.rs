@@ -4,9 +4,11 @@
 //! - [`upstream`]: a mock marketplace API that enforces its own per-account
 //!   limit (fixed windows) and answers 429 with `application/problem+json`
 //!   and no `Retry-After`, like the WB feeds of seed 000, plus VTEX-style
-//!   `X-RateLimit-*` headers on success;
-//! - [`traffic`]: worker tasks calling it through the retry middleware and the
-//!   shared limiter, and an event generator handing webhook events over;
+//!   `X-RateLimit-*` headers on success; one seller's shard has an outage
+//!   now and then ([`demo_upstream`]);
+//! - [`traffic`]: worker tasks calling it through the retry middleware, the
+//!   shared limiter and the upstream breaker, and an event generator handing
+//!   webhook events over;
 //! - [`merchants`]: mock merchant endpoints: healthy, flaky (5xx), down, and one
 //!   that answers 4xx to money events.
 //!
@@ -40,6 +42,34 @@ pub const UPSTREAM_LIMIT_PER_SECOND: u32 = 10;
 
 /// The demo's sign-in (an admin, so every page and control is open).
 pub const DEMO_USER: &str = "demo";
+
+/// The sellers whose workers call the mock marketplace, and how many each.
+pub const DEMO_ACCOUNTS: [&str; 3] = ["seller-1", "seller-2", "seller-3"];
+pub const WORKERS_PER_ACCOUNT: usize = 2;
+/// The seller whose shard of the marketplace goes down now and then.
+pub const OUTAGE_ACCOUNT: &str = "seller-3";
+
+/// The mock marketplace of the demo, on the system clock:
+/// - every 20th second another client of the sellers has used half the
+///   window before Sluice's workers get to it: a 429 penalty now and then;
+/// - [`OUTAGE_ACCOUNT`]'s shard is down from second 10 for 10 s, and again
+///   every 2 minutes, then answers slowly (2 s) for 30 s while it warms up.
+///   Its workers' upstream breaker opens within a second or two (5 failures
+///   in a row), lets a probe through 30 s later, while the shard warms up,
+///   so each of the three probes takes 2 s, and closes: the whole cycle is
+///   on the Breakers page within a minute of starting.
+pub fn demo_upstream() -> upstream::UpstreamConfig {
+    let foreign = upstream::ForeignUse { every: 20, requests: UPSTREAM_LIMIT_PER_SECOND / 2 };
+    let outage = upstream::Outage {
+        accounts: vec![OUTAGE_ACCOUNT.to_owned()],
+        first_after: Duration::from_secs(10),
+        every: Duration::from_secs(120),
+        lasts: Duration::from_secs(10),
+        warm_up: Duration::from_secs(30),
+        slow: Duration::from_secs(2),
+    };
+    upstream::UpstreamConfig::new(UPSTREAM_LIMIT_PER_SECOND, Duration::from_secs(1)).foreign(foreign).outage(outage)
+}
 
 /// Make sure `demo` exists as an admin and give it a fresh random password
 /// (a demo database is reused between runs; the old password is unknown).
@@ -100,10 +130,7 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
     let app = Application::build(settings).await?;
     let state = app.state().clone();
     let password = ensure_demo_login(&state.db, state.clock.now()).await?;
-    // Every 20th second another client of the sellers has used half the
-    // window before Sluice's workers get to it: a 429 penalty now and then.
-    let foreign = upstream::ForeignUse { every: 20, requests: UPSTREAM_LIMIT_PER_SECOND / 2 };
-    let upstream = upstream::MockUpstream::start_with(UPSTREAM_LIMIT_PER_SECOND, Duration::from_secs(1), Some(foreign))
+    let upstream = upstream::MockUpstream::start_with(demo_upstream())
         .await
         .context("starting the mock marketplace API")?;
     let merchants = merchants::MockMerchants::start().await.context("starting the mock merchant endpoints")?;
@@ -111,7 +138,7 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
     let merchant_ids = traffic::ensure_demo_merchants(&state, &merchants).await?;
 
     let mut tasks = JoinSet::new();
-    traffic::spawn_workers(&mut tasks, &state, upstream.base_url(), &["seller-1", "seller-2", "seller-3"], 2)?;
+    traffic::spawn_workers(&mut tasks, &state, upstream.base_url(), &DEMO_ACCOUNTS, WORKERS_PER_ACCOUNT)?;
     tasks.spawn(traffic::generate_events(state.clone(), merchant_ids, Duration::from_millis(400)));
 
     println!("Sluice demo is running at http://{}", app.address());
@@ -119,6 +146,7 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
     println!("  mock marketplace API: {}", upstream.base_url());
     println!("  mock merchants:       {}", merchants.base_url());
     println!("  delivery timings:     sped up for the demo (slow ladder ÷ 60, breaker pause 20 s)");
+    println!("  upstream outages:     {OUTAGE_ACCOUNT} gets 503s from second 10 for 10 s, every 2 min (upstream breaker)");
     println!("Press Ctrl-C to stop.");
     let result = app.run_until_stopped(shutdown_signal()).await;
     tasks.abort_all();

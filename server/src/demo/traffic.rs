@@ -1,17 +1,20 @@
 //! Demo traffic: worker tasks that call the mock marketplace through the
-//! retry middleware (so every call takes a permit from the shared limiter),
-//! and an event generator that hands webhook events to the outbox.
+//! retry middleware (so every call takes a permit from the shared limiter and
+//! asks the upstream breaker first), and an event generator that hands
+//! webhook events to the outbox.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use sluice_engine::clock::SharedClock;
 use sluice_engine::delivery::ops::create_merchant;
 use sluice_engine::delivery::ssrf::SsrfPolicy;
 use sluice_engine::delivery::{EventIn, MerchantId, MerchantIn, SigningScheme};
-use sluice_engine::quota::{Limit, Rule};
+use sluice_engine::quota::{Limit, Limiter, Rule};
 use sluice_engine::retry::middleware::{Account, RetryMiddleware, Scope};
 use sluice_engine::retry::RetryExecutor;
+use sluice_engine::upstream_breaker::UpstreamBreaker;
 use tokio::task::JoinSet;
 
 use super::merchants::MockMerchants;
@@ -24,10 +27,16 @@ const ACTOR: &str = "demo";
 /// The upstream counts fixed windows, so the local model is slightly
 /// optimistic at window edges and a 429 penalty shows up now and then, as in
 /// production (seed 000, OP-220).
-pub async fn ensure_demo_rule(state: &AppState) -> anyhow::Result<()> {
+pub fn demo_rule() -> Rule {
     let limit = Limit::token_bucket(UPSTREAM_LIMIT_PER_SECOND, Duration::from_secs(1), UPSTREAM_LIMIT_PER_SECOND);
     let mut rule = Rule::new(DEMO_SCOPE, None, None, limit).with_id("demo_market");
     rule.note = "Demo marketplace: 10 requests per second per account".into();
+    rule
+}
+
+/// Create [`demo_rule`] unless it exists.
+pub async fn ensure_demo_rule(state: &AppState) -> anyhow::Result<()> {
+    let rule = demo_rule();
     if state.rules.get(&rule.id).await?.is_none() {
         state.rules.create(rule, ACTOR, state.clock.now()).await.context("creating the demo rule")?;
         // Apply at once rather than on the reloader's next poll.
@@ -67,6 +76,78 @@ pub async fn ensure_demo_merchants(state: &AppState, mocks: &MockMerchants) -> a
     Ok(ids)
 }
 
+/// Pause of a worker whose call gave up (wait ceiling, open breaker), so it
+/// does not spin.
+const PAUSE_AFTER_GIVING_UP: Duration = Duration::from_secs(1);
+
+/// Builds the demo's workers: one HTTP client through the retry middleware,
+/// whose executor takes permits from `limiter` and asks `breakers` first.
+#[derive(Clone)]
+pub struct DemoWorkers {
+    client: reqwest_middleware::ClientWithMiddleware,
+    upstream: String,
+    clock: SharedClock,
+}
+
+impl DemoWorkers {
+    pub fn new(limiter: Limiter, breakers: UpstreamBreaker, clock: SharedClock, upstream: String) -> anyhow::Result<DemoWorkers> {
+        let executor = RetryExecutor::new(Arc::new(limiter), clock.clone()).with_breaker(breakers);
+        let client = reqwest_middleware::ClientBuilder::new(
+            reqwest::Client::builder().timeout(Duration::from_secs(5)).build().context("HTTP client")?,
+        )
+        .with(RetryMiddleware::new(Arc::new(executor)).default_scope(DEMO_SCOPE))
+        .build();
+        Ok(DemoWorkers { client, upstream, clock })
+    }
+
+    /// Worker number `n` of `account` (even ones fetch orders, odd ones prices).
+    pub fn worker(&self, account: &str, n: usize) -> DemoWorker {
+        let resource = if n % 2 == 0 { "orders" } else { "prices" };
+        DemoWorker { workers: self.clone(), account: account.to_owned(), resource, page: 0 }
+    }
+}
+
+/// One simulated worker, fetching page after page of one resource.
+pub struct DemoWorker {
+    workers: DemoWorkers,
+    account: String,
+    resource: &'static str,
+    page: u64,
+}
+
+impl DemoWorker {
+    /// Fetch the next page (retries, permits and the breaker included) and
+    /// say how long to pause before the next one.
+    pub async fn run_once(&mut self) -> Duration {
+        self.page += 1;
+        let w = &self.workers;
+        let result = w
+            .client
+            .get(format!("{}/api/{}/{}?page={}", w.upstream, self.account, self.resource, self.page))
+            .with_extension(Account::new(self.account.clone()))
+            .with_extension(Scope::new(DEMO_SCOPE))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Duration::ZERO,
+            Err(e) => {
+                tracing::debug!(account = %self.account, error = %e, "demo worker call gave up");
+                PAUSE_AFTER_GIVING_UP
+            }
+        }
+    }
+
+    /// Fetch forever (until the task is aborted).
+    pub async fn run(mut self) {
+        loop {
+            let pause = self.run_once().await;
+            if !pause.is_zero() {
+                self.workers.clock.sleep(pause).await;
+            }
+        }
+    }
+}
+
 /// `per_account` workers for each account, each fetching pages forever.
 pub fn spawn_workers(
     tasks: &mut JoinSet<()>,
@@ -75,33 +156,11 @@ pub fn spawn_workers(
     accounts: &[&str],
     per_account: usize,
 ) -> anyhow::Result<()> {
-    let executor = Arc::new(RetryExecutor::new(Arc::new(state.limiter.clone()), state.clock.clone()));
-    let client = reqwest_middleware::ClientBuilder::new(
-        reqwest::Client::builder().timeout(Duration::from_secs(5)).build().context("HTTP client")?,
-    )
-    .with(RetryMiddleware::new(executor).default_scope(DEMO_SCOPE))
-    .build();
+    let workers =
+        DemoWorkers::new(state.limiter.clone(), state.upstream_breakers.clone(), state.clock.clone(), upstream)?;
     for account in accounts {
-        for worker in 0..per_account {
-            let (client, upstream, account) = (client.clone(), upstream.clone(), (*account).to_owned());
-            tasks.spawn(async move {
-                let mut page = 0u64;
-                loop {
-                    page += 1;
-                    let resource = if worker % 2 == 0 { "orders" } else { "prices" };
-                    let result = client
-                        .get(format!("{upstream}/api/{account}/{resource}?page={page}"))
-                        .with_extension(Account::new(account.clone()))
-                        .with_extension(Scope::new(DEMO_SCOPE))
-                        .send()
-                        .await;
-                    if let Err(e) = result {
-                        tracing::debug!(%account, error = %e, "demo worker call gave up");
-                        // Gave up (e.g. wait ceiling): pause instead of spinning.
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                }
-            });
+        for n in 0..per_account {
+            tasks.spawn(workers.worker(account, n).run());
         }
     }
     Ok(())

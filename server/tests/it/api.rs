@@ -473,6 +473,10 @@ async fn every_documented_route_answers_and_unknown_api_routes_are_json_404s() {
         "PATCH /api/v1/merchants/{id}",
         "POST /api/v1/merchants/{id}/secret",
         "POST /api/v1/breakers/{id}/reset",
+        "GET /api/v1/upstream-breakers",
+        "POST /api/v1/upstream-breakers/admit",
+        "POST /api/v1/upstream-breakers/report",
+        "POST /api/v1/upstream-breakers/reset",
     ] {
         assert!(seen.iter().any(|s| s == route), "{route} is not documented: {seen:?}");
     }

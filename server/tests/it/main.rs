@@ -3,6 +3,7 @@
 
 mod api;
 mod api_contract;
+mod api_upstream_breakers;
 mod api_webhooks;
 mod auth;
 mod cli;

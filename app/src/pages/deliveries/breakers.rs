@@ -33,6 +33,8 @@ pub struct UpstreamBreakerView {
     pub opened_at: Option<i64>,
     pub next_probe_at: Option<i64>,
     pub probe_successes: u32,
+    /// Good probes in a row that close it (the deployment's setting).
+    pub probes_to_close: u32,
     pub trips: u64,
 }
 
@@ -58,7 +60,7 @@ pub struct BreakersView {
 #[cfg(feature = "ssr")]
 pub const MERCHANT_RESET: &str = "breaker.reset";
 #[cfg(feature = "ssr")]
-pub const UPSTREAM_RESET: &str = "upstream_breaker.reset";
+pub const UPSTREAM_RESET: &str = sluice_engine::upstream_breaker::admin::UPSTREAM_BREAKER_RESET;
 
 #[server(prefix = "/ui", endpoint = "breakers/list")]
 pub async fn list_breakers() -> Result<BreakersView, ServerFnError> {
@@ -93,6 +95,7 @@ pub async fn list_breakers() -> Result<BreakersView, ServerFnError> {
                 opened_at: b.opened_at.map(ms),
                 next_probe_at: b.next_probe_at.map(ms),
                 probe_successes: b.probe_successes,
+                probes_to_close: ctx.upstream_breakers.config().probes_to_close,
                 trips: b.trips,
             })
             .collect()),
@@ -155,29 +158,24 @@ pub async fn reset_merchant_breaker(merchant_id: String, reason: String) -> Resu
     }
 }
 
-/// Close an upstream breaker by hand (support+).
+/// Close an upstream breaker by hand (support+), through the same audited
+/// engine service as `POST /api/v1/upstream-breakers/reset`.
 #[server(prefix = "/ui", endpoint = "breakers/reset_upstream")]
 pub async fn reset_upstream_breaker(account: String, scope: String, reason: String) -> Result<(), ServerFnError> {
+    use sluice_engine::upstream_breaker::admin::UpstreamBreakerAdminError;
     use sluice_engine::upstream_breaker::BreakerKey;
     let me = crate::ssr::auth::require(Role::Support).await?;
     let ctx = crate::ssr::context()?;
-    let reason = reason_or_refuse(&reason)?;
-    let key = BreakerKey::new(Some(&account), &scope).map_err(|e| {
+    let invalid = |message: String| {
         super::server::set_status(http::StatusCode::UNPROCESSABLE_ENTITY);
-        ServerFnError::new(e.to_string())
-    })?;
-    let list = ctx.upstream_breakers.list().await.map_err(|e| crate::ssr::internal("reading upstream breakers", e))?;
-    let before = list.into_iter().find(|b| b.account == key.account() && b.scope == key.scope());
-    ctx.upstream_breakers.reset(&key).await.map_err(|e| crate::ssr::internal("resetting the upstream breaker", e))?;
-    let after = before.as_ref().map(|b| sluice_engine::upstream_breaker::BreakerView {
-        phase: sluice_engine::upstream_breaker::Phase::Closed,
-        consecutive_failures: 0,
-        opened_at: None,
-        next_probe_at: None,
-        probe_successes: 0,
-        ..b.clone()
-    });
-    super::server::audit(&ctx, &me.username, UPSTREAM_RESET, &key.to_string(), before.as_ref(), after.as_ref(), Some(reason)).await
+        ServerFnError::new(message)
+    };
+    let key = BreakerKey::new(Some(&account), &scope).map_err(|e| invalid(e.to_string()))?;
+    match ctx.upstream_breaker_admin.reset(&key, &me.username, &reason, ctx.clock.now()).await {
+        Ok(_) => Ok(()),
+        Err(e @ UpstreamBreakerAdminError::Reason) => Err(invalid(e.to_string())),
+        Err(e) => Err(crate::ssr::internal("resetting the upstream breaker", e)),
+    }
 }
 
 /// "Reset…" opens a confirmation asking for the reason (a `<details>`, so
@@ -263,7 +261,7 @@ pub fn BreakersPage() -> impl IntoView {
                             Ok(list) if list.is_empty() => view! { <p class="muted">"No upstream breaker has recorded anything yet."</p> }.into_any(),
                             Ok(list) => view! {
                                 <table data-testid="upstream-breakers">
-                                    <thead><tr><th>"Account"</th><th>"Scope"</th><th>"State"</th><th>"Consecutive failures"</th><th>"Opened"</th><th>"Next probe"</th><th>"Trips"</th><th></th></tr></thead>
+                                    <thead><tr><th>"Account"</th><th>"Scope"</th><th>"State"</th><th>"Failures in a row"</th><th>"Next probe"</th><th>"Good probes"</th><th>"Opened"</th><th>"Trips"</th><th></th></tr></thead>
                                     <tbody>
                                         {list.into_iter().map(|b| {
                                             let closed = b.state == "closed";
@@ -273,10 +271,13 @@ pub fn BreakersPage() -> impl IntoView {
                                                 <tr data-testid="upstream-breaker">
                                                     <td>{b.account.clone()}</td>
                                                     <td>{b.scope.clone()}</td>
-                                                    <td><span class=state_class(&b.state)>{b.state.clone()}</span></td>
-                                                    <td>{b.consecutive_failures}</td>
+                                                    <td><span class=state_class(&b.state) data-testid="upstream-state">{b.state.clone()}</span></td>
+                                                    <td data-testid="upstream-failures">{b.consecutive_failures}</td>
+                                                    <td data-testid="upstream-next-probe">{if b.state == "open" {
+                                                        b.next_probe_at.map(format::date_time_seconds).unwrap_or_else(|| "—".into())
+                                                    } else { "—".into() }}</td>
+                                                    <td>{if b.state == "half_open" { format!("{} of {}", b.probe_successes, b.probes_to_close) } else { "—".into() }}</td>
                                                     <td>{b.opened_at.map(format::date_time_seconds).unwrap_or_else(|| "—".into())}</td>
-                                                    <td>{b.next_probe_at.map(format::date_time_seconds).unwrap_or_else(|| "—".into())}</td>
                                                     <td>{b.trips}</td>
                                                     <td>{(!closed && can_reset()).then(|| view! {
                                                         <ConfirmReset>

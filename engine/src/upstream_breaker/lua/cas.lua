@@ -2,10 +2,11 @@
 -- KEYS[1] = {prefix}:br:{<account>}:<scope>
 -- ARGV[1] = expected version ("0" for a missing key), ARGV[2] = TTL in ms,
 -- ARGV[3..] = field, value, ... (the whole state).
--- Returns 1 if written (version becomes expected + 1), 0 if the version moved.
+-- Returns { 1, seconds, microseconds } (Redis TIME) if written (the version
+-- becomes expected + 1), { 0 } if the version moved.
 local current = redis.call('HGET', KEYS[1], 'version') or '0'
 if current ~= ARGV[1] then
-  return 0
+  return { 0 }
 end
 redis.call('DEL', KEYS[1])
 local fields = { 'version', tostring(tonumber(ARGV[1]) + 1) }
@@ -14,4 +15,5 @@ for i = 3, #ARGV do
 end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
+local t = redis.call('TIME')
+return { 1, tonumber(t[1]), tonumber(t[2]) }

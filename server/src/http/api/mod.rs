@@ -13,6 +13,7 @@ pub mod openapi;
 pub mod penalties;
 pub mod permits;
 pub mod quota_input;
+pub mod upstream_breakers;
 
 use std::sync::Arc;
 
@@ -58,6 +59,7 @@ pub fn documented_router() -> OpenApiRouter<AppState> {
         .merge(limits::router())
         .merge(merchants::router())
         .merge(buckets::router())
+        .merge(upstream_breakers::router())
 }
 
 async fn openapi_json(doc: Arc<str>) -> impl axum::response::IntoResponse {

@@ -1,4 +1,5 @@
-//! `POST /api/v1/permits`: ask the limiter for a permit.
+//! `POST /api/v1/permits`: ask the upstream breaker and the limiter for a
+//! permit (see `sluice_engine::upstream_breaker::permits` for the order).
 
 use std::time::Duration;
 
@@ -65,6 +66,10 @@ pub struct PermitOut {
     /// ceiling, or `max_wait_ms` within the rule's floor): retry helpers cap
     /// their pauses after a 429 by it, as the Rust executor does.
     pub wait_ceiling_ms: u64,
+    /// The upstream breaker of this account and scope is half-open and this
+    /// call is its probe: report the outcome to `POST /api/v1/upstream-breakers/report`
+    /// (`"error": "not_sent"` if the call is not made).
+    pub probe: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -86,7 +91,9 @@ pub fn ceil_millis(d: Duration) -> u64 {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Granted", body = PermitOut),
-        (status = 429, description = "Refused; see Retry-After", body = RefusalOut),
+        (status = 429, description = "Refused (`wait_ceiling_exceeded`, `concurrency_limit`, or `breaker_open`: \
+            the upstream breaker of this account and scope is open); see Retry-After", body = RefusalOut,
+            headers(("Retry-After" = u64, description = "Seconds until a permit may be granted, rounded up"))),
         (status = 503, description = "Quota store unavailable (reason `store_unavailable`)", body = RefusalOut),
         (status = 422, description = "No rule (`no_rule`), bad cost (`invalid_cost`), account (`invalid_account`) or other field (`invalid_input`)", body = ValidationErrorOut),
     ))]
@@ -102,18 +109,19 @@ pub async fn create_permit(State(state): State<AppState>, caller: Caller, Json(i
     if let Some(ms) = input.max_wait_ms {
         req = req.max_wait(Duration::from_millis(ms));
     }
-    let decided = if input.hold { state.limiter.acquire(&req).await } else { state.limiter.reserve(&req).await };
-    let outcome = match decided {
-        Ok(outcome) => outcome,
+    let decided = state.permits.permit(&req, input.hold).await;
+    let gated = match decided {
+        Ok(gated) => gated,
         // A store error is the same answer as the fail-closed policy's refusal,
         // so a 503 from this route always has one body.
         Err(QuotaError::Store(e)) => {
             tracing::error!(error = %e, "quota store unavailable");
-            Outcome::Refused(Refusal { reason: RefusalReason::StoreUnavailable, retry_after: None, rule: None })
+            let refusal = Refusal { reason: RefusalReason::StoreUnavailable, retry_after: None, rule: None };
+            sluice_engine::upstream_breaker::permits::GatedOutcome { outcome: Outcome::Refused(refusal), probe: false }
         }
         Err(e) => return Err(e.into()),
     };
-    match outcome {
+    match gated.outcome {
         Outcome::Granted(permit) => {
             let waited = ceil_millis(permit.wait);
             crate::telemetry::record_permit(waited);
@@ -127,6 +135,7 @@ pub async fn create_permit(State(state): State<AppState>, caller: Caller, Json(i
                     .limiter
                     .resolve(&req.scope, &req.method, &req.path)
                     .map_or(0, |rule| ceil_millis(rule.wait_ceiling(input.max_wait_ms.map(Duration::from_millis)))),
+                probe: gated.probe,
             };
             Ok(Json(out).into_response())
         }

@@ -19,6 +19,6 @@ for c in 1 16 64; do
   echo "redis-benchmark EVALSHA decide, $c clients:"
   redis-benchmark -h "$HOST" -p "$PORT" -c "$c" -n 40000 --csv \
     EVALSHA "$SHA" 4 "$K" "$K:log" "$K:leases" "$K:stats" \
-    decide token_bucket 1000000 1000000 1000000 1 30000000 0 0 "" 0 2>/dev/null | tail -1
+    decide token_bucket 1000000 1000000 1000000 3600 1 30000000 0 0 "" 0 2>/dev/null | tail -1
 done
 redis-cli -h "$HOST" -p "$PORT" DEL "$K" "$K:stats" > /dev/null

@@ -24,8 +24,8 @@ export class OverviewPage {
     await expect(this.page.locator('.frame[data-hydrated="true"]')).toHaveCount(1);
   }
 
-  /** One of the "where to look" cards: open-breakers, failed-deliveries, penalties, refusals, waits. */
-  attention(card: 'open-breakers' | 'failed-deliveries' | 'penalties' | 'refusals' | 'waits'): Locator {
+  /** One of the "where to look" cards: open-breakers, failed-deliveries, penalties, refusals, live-buckets, waits. */
+  attention(card: 'open-breakers' | 'failed-deliveries' | 'penalties' | 'refusals' | 'live-buckets' | 'waits'): Locator {
     return this.page.getByTestId(card);
   }
 

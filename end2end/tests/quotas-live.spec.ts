@@ -85,6 +85,8 @@ test('an operator watches a bucket’s numbers change live while traffic runs', 
   await expect(overview.attention('penalties')).toHaveAttribute('href', '/quotas');
   await expect(overview.attention('open-breakers')).toHaveAttribute('href', '/breakers');
   await expect(overview.attention('failed-deliveries')).toHaveAttribute('href', '/deliveries?status=failed');
+  // The account above holds a bucket, so the store holds at least one.
+  await expect(page.getByTestId('live-buckets-count')).toHaveText(/^[1-9]\d*$/);
   await page.screenshot({ path: 'artifacts/overview.png', fullPage: true });
 });
 

@@ -8,6 +8,7 @@
 //! This crate knows nothing of HTTP servers or HTML. IO lives in adapters
 //! behind traits, one file per backend.
 
+pub mod account;
 pub mod clock;
 pub mod db;
 pub mod quota;
@@ -15,6 +16,7 @@ pub mod simulator;
 pub mod upstream_breaker;
 pub mod retry;
 pub mod delivery;
+pub mod periodic;
 pub mod audit;
 pub mod tokens;
 pub mod users;

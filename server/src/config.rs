@@ -34,6 +34,7 @@ struct RawSettings {
     delivery_worker: bool,
     session_secure_cookie: bool,
     quota_sample_every_secs: u64,
+    quota_idle_retention_secs: u64,
     api_token_cache_secs: u64,
     upstream_breaker_ignore_rules: String,
 }
@@ -62,6 +63,9 @@ pub struct Settings {
     pub session_secure_cookie: bool,
     /// How often the quota history sampler records the limiter's counters.
     pub quota_sample_every: std::time::Duration,
+    /// How long an idle quota bucket's statistics are kept after its last
+    /// decision (in-process buckets and Redis stats keys alike).
+    pub quota_idle_retention: std::time::Duration,
     /// How long a live API token is trusted without reading the database
     /// (zero: every request reads it).
     pub api_token_cache: std::time::Duration,
@@ -229,6 +233,16 @@ impl RawSettings {
                 self.quota_sample_every_secs
             ));
         }
+        // At least two sampling intervals, so the history has recorded a
+        // bucket's last counters before they are forgotten.
+        let min_retention = (2 * self.quota_sample_every_secs).max(60);
+        if !(min_retention..=30 * 86_400).contains(&self.quota_idle_retention_secs) {
+            errors.push(format!(
+                "quota_idle_retention_secs (SLUICE_QUOTA_IDLE_RETENTION_SECS): {} is not between {min_retention} \
+                 (60 s, and twice quota_sample_every_secs) and 2592000 (30 days)",
+                self.quota_idle_retention_secs
+            ));
+        }
         if !(10..=10_000).contains(&self.redis_timeout_ms) {
             errors.push(format!(
                 "redis_timeout_ms (SLUICE_REDIS_TIMEOUT_MS): {} is not between 10 and 10000",
@@ -278,6 +292,7 @@ impl RawSettings {
                 delivery_worker: self.delivery_worker,
                 session_secure_cookie: self.session_secure_cookie,
                 quota_sample_every: std::time::Duration::from_secs(self.quota_sample_every_secs),
+                quota_idle_retention: std::time::Duration::from_secs(self.quota_idle_retention_secs),
                 api_token_cache: std::time::Duration::from_secs(self.api_token_cache_secs),
                 upstream_breaker_ignore_rules,
                 delivery_timing: DeliveryTiming::Product,
@@ -318,6 +333,7 @@ impl fmt::Debug for Settings {
             .field("delivery_worker", &self.delivery_worker)
             .field("session_secure_cookie", &self.session_secure_cookie)
             .field("quota_sample_every", &self.quota_sample_every)
+            .field("quota_idle_retention", &self.quota_idle_retention)
             .field("api_token_cache", &self.api_token_cache)
             .field("upstream_breaker_ignore_rules", &self.upstream_breaker_ignore_rules)
             .field("delivery_timing", &self.delivery_timing)

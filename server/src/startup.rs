@@ -36,6 +36,8 @@ use crate::state::{AppState, Shared};
 
 /// How often expired web sessions are deleted.
 const SESSION_SWEEP_EVERY: Duration = Duration::from_secs(600);
+/// How often idle in-process quota buckets are looked for and forgotten.
+const FORGET_IDLE_EVERY: Duration = Duration::from_secs(10);
 /// Live API tokens one instance keeps checked at most (there are few).
 const API_TOKEN_CACHE_CAPACITY: usize = 10_000;
 
@@ -144,7 +146,11 @@ impl Application {
             login_limiter,
             history: QuotaHistory::new(
                 db.clone(),
-                HistoryConfig { every: settings.quota_sample_every, ..HistoryConfig::default() },
+                HistoryConfig {
+                    every: settings.quota_sample_every,
+                    idle_retention: settings.quota_idle_retention,
+                    ..HistoryConfig::default()
+                },
             ),
             api_tokens: Arc::new(TokenCache::new(settings.api_token_cache, API_TOKEN_CACHE_CAPACITY)),
         };
@@ -194,6 +200,8 @@ impl Application {
         let instance = format!("sluice_{}", ulid::Ulid::new().to_string().to_lowercase());
         let history = state.app_context.history.clone();
         background.spawn(history.run(state.limiter.clone(), instance, stopped()));
+        // The login throttle shares the store, so this sweeps its buckets too.
+        background.spawn(state.limiter.clone().run_forgetting(FORGET_IDLE_EVERY, stopped()));
         if state.settings.delivery_worker {
             let worker = Worker::new(state.deliveries.clone(), state.clock.clone(), worker_config(&state.settings))
                 .context("delivery worker settings")?;
@@ -236,13 +244,16 @@ impl Application {
 /// connected lazily so an instance can start while Redis is down.
 fn build_quota_store(settings: &Settings, clock: &SharedClock) -> Arc<dyn QuotaStore> {
     match redis_settings(settings) {
-        None => Arc::new(MemoryStore::new(clock.clone())),
-        Some(redis) => Arc::new(FallbackStore::new(
-            Arc::new(LazyRedisStore::new(redis)),
-            settings.quota_store_down,
-            clock.clone(),
-            Duration::from_millis(500),
-        )),
+        None => Arc::new(MemoryStore::with_idle_retention(clock.clone(), settings.quota_idle_retention)),
+        Some(redis) => Arc::new(
+            FallbackStore::new(
+                Arc::new(LazyRedisStore::new(redis)),
+                settings.quota_store_down,
+                clock.clone(),
+                Duration::from_millis(500),
+            )
+            .with_idle_retention(settings.quota_idle_retention, clock.clone()),
+        ),
     }
 }
 
@@ -252,6 +263,7 @@ fn redis_settings(settings: &Settings) -> Option<RedisSettings> {
         let mut redis = RedisSettings::single(url, &settings.redis_prefix);
         redis.cluster = settings.redis_cluster;
         redis.timeout = settings.redis_timeout;
+        redis.idle_retention = settings.quota_idle_retention;
         redis
     })
 }

@@ -8,6 +8,8 @@ use axum::response::Response;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
+use sluice_engine::quota::Limiter;
+
 use crate::config::LogFormat;
 
 /// Install the global tracing subscriber. Safe to call more than once (tests):
@@ -93,11 +95,24 @@ pub fn record_event_accepted() {
 }
 
 /// Gauges read from shared state just before a scrape: the outbox by status
-/// (the queue depth is its PENDING count) and merchant breakers that are not
-/// closed. Counters of decisions, waits, penalties and delivery results are
+/// (the queue depth is its PENDING count), merchant breakers that are not
+/// closed, the quota buckets each store holds and this process's resident
+/// memory. Counters of decisions, waits, penalties and delivery results are
 /// kept as they happen (engine `quota::metrics`, `delivery::worker`).
 /// A failed read leaves the previous values and is logged.
-pub async fn refresh_gauges(deliveries: &sluice_engine::delivery::DeliveryStore) {
+pub async fn refresh_gauges(deliveries: &sluice_engine::delivery::DeliveryStore, limiter: &Limiter) {
+    match limiter.live_buckets().await {
+        Ok(counts) => {
+            for (store, n) in counts {
+                metrics::gauge!("sluice_quota_live_buckets", "store" => store).set(n as f64);
+            }
+        }
+        Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "metrics: counting quota buckets"),
+    }
+    if let Some(bytes) = resident_memory_bytes() {
+        // The name Prometheus' own client libraries use for this.
+        metrics::gauge!("process_resident_memory_bytes").set(bytes as f64);
+    }
     use sluice_engine::delivery::BreakerStatus;
     match deliveries.status_counts().await {
         Ok(c) => {
@@ -117,4 +132,13 @@ pub async fn refresh_gauges(deliveries: &sluice_engine::delivery::DeliveryStore)
         }
         Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "metrics: reading breakers"),
     }
+}
+
+/// This process's resident set size, from `/proc/self/status` (`VmRSS`, in
+/// kB); `None` where there is no procfs.
+pub fn resident_memory_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.trim_start_matches("VmRSS:").trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb * 1024)
 }

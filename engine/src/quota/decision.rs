@@ -296,18 +296,18 @@ pub fn peek(state: &mut BucketState, now: Timestamp, limit: &Limit) -> Usage {
     Usage { remaining, capacity, next_in: Duration::from_micros(u64::try_from(at - now_us).unwrap_or(0)) }
 }
 
-/// How long the state stays meaningful after `now`; past it the bucket reads
-/// as full, so a store may forget it (Redis: the key's TTL).
-pub fn relevant_for(state: &BucketState, now: Timestamp, limit: &Limit) -> Duration {
-    let now = now.as_micros();
+/// The instant (µs since the epoch) from which the state reads as a full
+/// bucket under `limit`: a decision, peek or penalty made then or later is
+/// the same as on a fresh bucket, so a store may forget the state (memory:
+/// the idle sweep; Redis: the key's TTL, `save` in `lua/quota.lua`).
+pub fn relevant_until(state: &BucketState, limit: &Limit) -> i64 {
     let w = interval_us(limit);
-    let until = match limit.algorithm {
+    match limit.algorithm {
         Algorithm::TokenBucket => state.tat,
-        Algorithm::FixedWindow => (state.window + 1) * w,
-        Algorithm::SlidingLog => state.log_last().map_or(0, |e| e + w),
+        Algorithm::FixedWindow => (state.window + 1).saturating_mul(w),
+        Algorithm::SlidingLog => state.log_last().map_or(0, |e| e.saturating_add(w)),
     }
-    .max(state.blocked_until);
-    Duration::from_micros(u64::try_from(until - now).unwrap_or(0))
+    .max(state.blocked_until)
 }
 
 #[cfg(test)]

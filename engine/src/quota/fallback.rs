@@ -81,6 +81,13 @@ impl FallbackStore {
         }
     }
 
+    /// Keep the local share's idle buckets' statistics this long (see
+    /// [`MemoryStore::with_idle_retention`]).
+    pub fn with_idle_retention(mut self, idle_retention: Duration, clock: SharedClock) -> Self {
+        self.local = MemoryStore::with_idle_retention(clock, idle_retention);
+        self
+    }
+
     fn should_try_shared(&self) -> bool {
         let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
         if !h.down || h.last_try.is_none_or(|t| t.elapsed() >= self.retry_every) {
@@ -189,8 +196,23 @@ impl QuotaStore for FallbackStore {
         Box::pin(self.with_policy(self.shared.stats(key), move |local, _| local.stats(key)))
     }
 
-    fn list_buckets(&self) -> StoreResult<'_, Vec<BucketKey>> {
-        Box::pin(self.with_policy(self.shared.list_buckets(), |local, _| local.list_buckets()))
+    fn list_buckets_since(&self, since_ms: i64) -> StoreResult<'_, Vec<BucketKey>> {
+        Box::pin(self.with_policy(self.shared.list_buckets_since(since_ms), move |local, _| {
+            local.list_buckets_since(since_ms)
+        }))
+    }
+
+    fn forget_idle(&self) -> usize {
+        self.shared.forget_idle() + self.local.forget_idle()
+    }
+
+    /// The shared store's count (when it answers) and the local share's.
+    fn live_buckets(&self) -> StoreResult<'_, Vec<(&'static str, u64)>> {
+        Box::pin(async move {
+            let mut counts = self.shared.live_buckets().await.unwrap_or_default();
+            counts.push(("local_fallback", self.local.live_buckets()));
+            Ok(counts)
+        })
     }
 
     fn health(&self) -> StoreHealth {

@@ -15,13 +15,18 @@
 //! - `quota_history_latest`: the cumulative counters last seen per bucket,
 //!   which the next delta is computed against. A counter that went down (a
 //!   restarted memory store, an expired Redis stats key) counts from zero.
+//!   A row outlives its bucket's statistics in the store (the idle
+//!   retention) by an hour and is then dropped.
 //!
 //! The very first pass of a deployment only records a baseline, so counters
 //! older than the history are not charged to one slot.
 //!
-//! Cost per pass: one `list_buckets`, one stats read per bucket (at most
-//! [`HistoryConfig::max_buckets`], 16 in flight), one read of the latest
-//! table and batched writes for the buckets that changed.
+//! Cost per pass grows with the buckets *used since the previous pass*, not
+//! with the buckets the store holds or ever held: the store lists only those
+//! ([`Limiter::list_buckets_since`]; the baseline pass lists all), then one
+//! stats read per listed bucket (at most [`HistoryConfig::max_buckets`], 16
+//! in flight), their rows of the latest table (by account, in batches) and
+//! batched writes for the buckets that changed.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -40,9 +45,10 @@ use super::stats::{BucketKey, BucketStats, WAIT_BUCKETS};
 const INSERT_BATCH: usize = 200;
 /// Stats reads in flight during a pass.
 const READS_IN_FLIGHT: usize = 16;
-/// Latest counters of buckets idle this long are forgotten (longer than the
-/// 7 days a Redis stats key outlives its last decision).
-const LATEST_KEPT: Duration = Duration::from_secs(8 * 24 * 3600);
+/// How much longer than the store's statistics a bucket's latest counters
+/// are kept. Dropped too early, a bucket whose statistics still exist would
+/// have its whole count charged to one slot when it is next used.
+const LATEST_MARGIN: Duration = Duration::from_secs(3600);
 
 /// How often and how much the sampler records.
 #[derive(Clone, Debug)]
@@ -53,11 +59,19 @@ pub struct HistoryConfig {
     pub retention: Duration,
     /// The most buckets one pass reads (the rest are left out and counted).
     pub max_buckets: usize,
+    /// How long the quota store keeps an idle bucket's statistics (the
+    /// limiter's idle retention); the latest counters are kept a little longer.
+    pub idle_retention: Duration,
 }
 
 impl Default for HistoryConfig {
     fn default() -> Self {
-        HistoryConfig { every: Duration::from_secs(60), retention: Duration::from_secs(24 * 3600), max_buckets: 50_000 }
+        HistoryConfig {
+            every: Duration::from_secs(60),
+            retention: Duration::from_secs(24 * 3600),
+            max_buckets: 50_000,
+            idle_retention: super::memory::DEFAULT_IDLE_RETENTION,
+        }
     }
 }
 
@@ -232,7 +246,11 @@ impl QuotaHistory {
         // retention) records a baseline only.
         let baseline = previous.is_none();
 
-        let mut keys = limiter.list_buckets().await?;
+        // Only buckets used since the previous pass can have changed.
+        let mut keys = match previous {
+            Some(p) => limiter.list_buckets_since(p).await?,
+            None => limiter.list_buckets().await?,
+        };
         if keys.len() > self.config.max_buckets {
             tracing::warn!(buckets = keys.len(), max = self.config.max_buckets, "quota history samples only the first buckets");
             keys.truncate(self.config.max_buckets);
@@ -246,19 +264,7 @@ impl QuotaHistory {
             .try_collect()
             .await?;
 
-        let mut latest: HashMap<(String, String), Counters> = HashMap::new();
-        let rows = sqlx::query("SELECT account, rule_id, grants, penalties, refusals, wait_hist FROM quota_history_latest")
-            .fetch_all(self.db.pool())
-            .await?;
-        for row in rows {
-            let c = Counters {
-                grants: to_u64(row.try_get("grants")?),
-                penalties: to_u64(row.try_get("penalties")?),
-                refusals: to_u64(row.try_get("refusals")?),
-                wait_histogram: decode_histogram(&row.try_get::<String, _>("wait_hist")?),
-            };
-            latest.insert((row.try_get("account")?, row.try_get("rule_id")?), c);
-        }
+        let latest = self.latest_of(current.iter().map(|(k, _)| k)).await?;
 
         let mut totals = Counters::default();
         let mut changed: Vec<(&BucketKey, &Counters, Counters)> = Vec::new();
@@ -343,11 +349,43 @@ impl QuotaHistory {
         sqlx::query("DELETE FROM quota_history WHERE at < $1").bind(horizon).execute(&mut *tx).await?;
         sqlx::query("DELETE FROM quota_history_slots WHERE at < $1").bind(horizon).execute(&mut *tx).await?;
         sqlx::query("DELETE FROM quota_history_latest WHERE at < $1")
-            .bind((now - LATEST_KEPT).as_millis())
+            .bind((now - self.config.idle_retention - self.config.every - LATEST_MARGIN).as_millis())
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
         Ok(SampleOutcome::Sampled { at_ms, buckets: current.len(), changed: changed.len(), baseline })
+    }
+
+    /// The latest counters of `keys`' accounts, read in batches by account.
+    async fn latest_of(
+        &self,
+        keys: impl Iterator<Item = &BucketKey>,
+    ) -> Result<HashMap<(String, String), Counters>, HistoryError> {
+        let mut accounts: Vec<&str> = keys.map(|k| k.account.as_str()).collect();
+        accounts.sort_unstable();
+        accounts.dedup();
+        let mut latest = HashMap::new();
+        for chunk in accounts.chunks(INSERT_BATCH) {
+            let mut sql = String::from(
+                "SELECT account, rule_id, grants, penalties, refusals, wait_hist FROM quota_history_latest WHERE account IN (",
+            );
+            push_list(&mut sql, 1, chunk.len());
+            sql.push(')');
+            let mut q = sqlx::query(&sql);
+            for a in chunk {
+                q = q.bind(*a);
+            }
+            for row in q.fetch_all(self.db.pool()).await? {
+                let c = Counters {
+                    grants: to_u64(row.try_get("grants")?),
+                    penalties: to_u64(row.try_get("penalties")?),
+                    refusals: to_u64(row.try_get("refusals")?),
+                    wait_histogram: decode_histogram(&row.try_get::<String, _>("wait_hist")?),
+                };
+                latest.insert((row.try_get("account")?, row.try_get("rule_id")?), c);
+            }
+        }
+        Ok(latest)
     }
 
     /// Permits per minute of each bucket over the `window` before `now`
@@ -372,12 +410,7 @@ impl QuotaHistory {
                 "SELECT account, rule_id, CAST(SUM(grants) AS BIGINT) AS grants FROM quota_history \
                  WHERE at > $1 AND account IN (",
             );
-            for i in 0..chunk.len() {
-                if i > 0 {
-                    sql.push_str(", ");
-                }
-                sql.push_str(&format!("${}", i + 2));
-            }
+            push_list(&mut sql, 2, chunk.len());
             sql.push_str(") GROUP BY account, rule_id");
             let mut q = sqlx::query(&sql).bind(since);
             for a in chunk {
@@ -469,21 +502,24 @@ impl QuotaHistory {
     /// Sample every `config.every` until `shutdown` resolves (the server's
     /// background task). Errors are logged; the next slot tries again.
     pub async fn run(self, limiter: Limiter, instance: String, shutdown: impl std::future::Future<Output = ()>) {
-        let mut tick = tokio::time::interval(self.config.every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                _ = &mut shutdown => return,
-                _ = tick.tick() => {
-                    let now = limiter.clock().now();
-                    match self.sample(&limiter, now, &instance).await {
-                        Ok(outcome) => tracing::debug!(?outcome, "quota history sampled"),
-                        Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "sampling quota history failed"),
-                    }
-                }
+        crate::periodic::every(self.config.every, shutdown, || async {
+            let now = limiter.clock().now();
+            match self.sample(&limiter, now, &instance).await {
+                Ok(outcome) => tracing::debug!(?outcome, "quota history sampled"),
+                Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "sampling quota history failed"),
             }
+        })
+        .await
+    }
+}
+
+/// `$first, $first+1, …` (`n` placeholders).
+fn push_list(sql: &mut String, first: usize, n: usize) {
+    for i in 0..n {
+        if i > 0 {
+            sql.push_str(", ");
         }
+        sql.push_str(&format!("${}", first + i));
     }
 }
 

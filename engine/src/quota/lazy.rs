@@ -96,7 +96,11 @@ impl QuotaStore for LazyRedisStore {
         Box::pin(async move { self.get().await?.stats(key).await })
     }
 
-    fn list_buckets(&self) -> StoreResult<'_, Vec<BucketKey>> {
-        Box::pin(async move { self.get().await?.list_buckets().await })
+    fn list_buckets_since(&self, since_ms: i64) -> StoreResult<'_, Vec<BucketKey>> {
+        Box::pin(async move { self.get().await?.list_buckets_since(since_ms).await })
+    }
+
+    fn live_buckets(&self) -> StoreResult<'_, Vec<(&'static str, u64)>> {
+        Box::pin(async move { self.get().await?.live_buckets().await })
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
+use crate::account::{parse_account, InvalidAccount};
 use crate::clock::{SharedClock, Timestamp};
 
 use super::decision::Usage;
@@ -18,7 +19,7 @@ use super::metrics::{record_decision, record_penalty, NO_RULE_SCOPE};
 use super::outcome::{Lease, Outcome, Permit, Refusal};
 use super::registry::RuleRegistry;
 use super::rule::{validate_scope, Rule, RuleId, GLOBAL_SCOPE};
-use super::stats::{BucketKey, BucketStats, RefusalReason, GLOBAL_ACCOUNT};
+use super::stats::{BucketKey, BucketStats, RefusalReason};
 use super::store::{DecideArgs, LeaseArgs, QuotaStore, StoreDecision, StoreError, StoreHealth};
 
 /// One request for quota. Build with [`QuotaRequest::new`] and the setters.
@@ -92,8 +93,8 @@ impl RateLimitHeaders {
 pub enum QuotaError {
     #[error("cost must be between 1 and the rule's capacity {capacity}, got {cost}")]
     InvalidCost { cost: u32, capacity: u32 },
-    #[error("account must be 1–128 characters without '{{', '}}' or ':'")]
-    InvalidAccount,
+    #[error(transparent)]
+    InvalidAccount(#[from] InvalidAccount),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -308,14 +309,41 @@ impl Limiter {
     pub async fn list_buckets(&self) -> Result<Vec<BucketKey>, QuotaError> {
         Ok(self.inner.store.list_buckets().await?)
     }
+
+    /// The buckets with a decision at or after `since_ms` (Unix ms), sorted
+    /// (see [`QuotaStore::list_buckets_since`]).
+    pub async fn list_buckets_since(&self, since_ms: i64) -> Result<Vec<BucketKey>, QuotaError> {
+        Ok(self.inner.store.list_buckets_since(since_ms).await?)
+    }
+
+    /// How many buckets each backend of the store holds.
+    pub async fn live_buckets(&self) -> Result<Vec<(&'static str, u64)>, QuotaError> {
+        Ok(self.inner.store.live_buckets().await?)
+    }
+
+    /// Forget idle buckets that can no longer change a decision (see
+    /// [`QuotaStore::forget_idle`]); blocking CPU work.
+    pub fn forget_idle(&self) -> usize {
+        self.inner.store.forget_idle()
+    }
+
+    /// Run [`Limiter::forget_idle`] every `every` on a blocking thread until
+    /// `shutdown` resolves (the server's background task).
+    pub async fn run_forgetting(self, every: Duration, shutdown: impl std::future::Future<Output = ()>) {
+        crate::periodic::every(every, shutdown, || async {
+            let limiter = self.clone();
+            match tokio::task::spawn_blocking(move || limiter.forget_idle()).await {
+                Ok(forgotten) if forgotten > 0 => tracing::debug!(forgotten, "idle quota buckets forgotten"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "forgetting idle quota buckets failed"),
+            }
+        })
+        .await
+    }
 }
 
 fn account_of(req: &QuotaRequest) -> Result<String, QuotaError> {
-    match req.account.as_deref() {
-        None | Some("") => Ok(GLOBAL_ACCOUNT.to_owned()),
-        Some(a) if a.len() <= 128 && !a.contains(['{', '}', ':']) => Ok(a.to_owned()),
-        Some(_) => Err(QuotaError::InvalidAccount),
-    }
+    Ok(parse_account(req.account.as_deref())?)
 }
 
 /// The bucket of (account, rule). The global default's scope `*` is spelled
@@ -328,6 +356,7 @@ pub fn bucket_key(account: String, rule: &Rule) -> BucketKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quota::stats::GLOBAL_ACCOUNT;
 
     #[test]
     fn rate_limit_headers_accept_deltas_and_epochs_and_ignore_garbage() {
@@ -357,8 +386,8 @@ mod tests {
         let req = |a: &str| QuotaRequest::new("s", "GET", "/").account(a);
         assert_eq!(account_of(&QuotaRequest::new("s", "GET", "/")).ok().as_deref(), Some(GLOBAL_ACCOUNT));
         assert_eq!(account_of(&req("acct42")).ok().as_deref(), Some("acct42"));
-        for bad in ["a{b", "a}b", "a:b"] {
-            assert!(matches!(account_of(&req(bad)), Err(QuotaError::InvalidAccount)));
+        for bad in ["a{b", "a}b", "a:b", "a\nb", "a\0b"] {
+            assert!(matches!(account_of(&req(bad)), Err(QuotaError::InvalidAccount(_))));
         }
     }
 }

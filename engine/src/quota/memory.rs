@@ -10,9 +10,14 @@
 //! state and the counters a grant without a wait updates; everything else
 //! (leases, refusals, the histogram of waits) is boxed and made on first use.
 //!
-//! Idle buckets are kept (there is no TTL sweep): an embedded node sees few
-//! enough (account, rule) pairs that memory is not a concern, and keeping
-//! them keeps their stats for the dashboards.
+//! Idle buckets are forgotten ([`MemoryStore::forget_idle`], run by a
+//! background task) once forgetting them cannot change a decision: the
+//! bucket reads as full again (see [`decision::relevant_until`]), it holds no
+//! live lease, and its statistics have been kept for the idle retention
+//! after its last decision (long enough for the quota history to have
+//! sampled them). That is `governor`'s `retain_recent`, plus the retention.
+//! The sweep locks one shard at a time, so decisions on the other shards go
+//! on, and it gives emptied tables' memory back.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -25,7 +30,7 @@ use smallvec::SmallVec;
 use crate::clock::{duration_micros, SharedClock, Timestamp};
 
 use super::decision::{self, BucketState, Decision, Usage};
-use super::rule::{Limit, RuleId};
+use super::rule::{Algorithm, Limit, RuleId};
 use super::stats::{BucketKey, BucketStats, RefusalReason};
 use super::store::{DecideArgs, QuotaStore, StoreDecision, StoreError, StoreResult};
 
@@ -33,6 +38,10 @@ const SHARDS: usize = 32;
 
 /// Key bytes kept in the slot itself; longer keys spill to the heap.
 const INLINE_KEY: usize = 32;
+
+/// How long an idle bucket's statistics are kept after its last decision
+/// when the caller does not say ([`MemoryStore::with_idle_retention`]).
+pub const DEFAULT_IDLE_RETENTION: Duration = Duration::from_secs(3600);
 
 /// One bucket: its key, its state and the counters every decision touches,
 /// in one compact slot (two cache lines). With thousands of buckets
@@ -42,9 +51,14 @@ const INLINE_KEY: usize = 32;
 #[derive(Debug)]
 #[repr(C, align(64))]
 struct Slot {
-    /// The key's full hash: rejects a probe's near misses without comparing
-    /// strings, and rehashes the slot when the table grows.
-    hash: u64,
+    /// The low half of the key's hash: rejects a probe's near misses without
+    /// comparing strings. (Resizing the table hashes the key again.)
+    hash: u32,
+    /// Whole seconds since the epoch from which the window algorithms' state,
+    /// and any penalty or header block, reads as a full bucket: the latest
+    /// [`decision::relevant_until`] of the writes that needed it. The token
+    /// bucket's `tat` says it by itself, so its grants never write this.
+    full_from_s: u32,
     key: PackedKey,
     cold: Option<Box<Cold>>,
     state: BucketState,
@@ -70,7 +84,8 @@ struct Cold {
 impl Slot {
     fn new(hash: u64, key: &BucketKey) -> Slot {
         Slot {
-            hash,
+            hash: hash as u32,
+            full_from_s: 0,
             key: PackedKey::new(key),
             state: BucketState::default(),
             quick_grants: 0,
@@ -78,6 +93,25 @@ impl Slot {
             last_at_us: 0,
             cold: None,
         }
+    }
+
+    /// After a write under `limit`: remember when the state will read as full.
+    fn note_relevance(&mut self, limit: &Limit) {
+        let until_us = decision::relevant_until(&self.state, limit).max(0);
+        let secs = u32::try_from((until_us + 999_999) / 1_000_000).unwrap_or(u32::MAX);
+        self.full_from_s = self.full_from_s.max(secs);
+    }
+
+    /// Whether forgetting the slot at `now_us` loses nothing but statistics
+    /// older than `keep_us`: the state reads as a full bucket (a fresh slot
+    /// would decide exactly alike), no lease is live, and the last decision
+    /// is at least `keep_us` old.
+    fn forgettable(&self, now_us: i64, keep_us: i64) -> bool {
+        now_us.saturating_sub(self.last_at_us) >= keep_us
+            && self.state.tat <= now_us
+            && self.state.blocked_until <= now_us
+            && i64::from(self.full_from_s) * 1_000_000 <= now_us
+            && self.cold.as_ref().is_none_or(|c| c.leases.values().all(|&expiry| expiry <= now_us))
     }
 
     fn cold(&mut self) -> &mut Cold {
@@ -140,6 +174,12 @@ impl PackedKey {
             && short_eq(&self.bytes[account.len() + scope.len()..], rule)
     }
 
+    /// The three parts, as the bytes they were copied from.
+    fn parts(&self) -> (&[u8], &[u8], &[u8]) {
+        let (account_end, scope_end) = (self.account_len as usize, (self.account_len + self.scope_len) as usize);
+        (&self.bytes[..account_end], &self.bytes[account_end..scope_end], &self.bytes[scope_end..])
+    }
+
     fn to_key(&self) -> BucketKey {
         let part = |range: std::ops::Range<usize>| {
             // Each part was copied whole from a `String`, so it is UTF-8.
@@ -190,34 +230,56 @@ pub struct MemoryStore {
     clock: SharedClock,
     hasher: foldhash::fast::RandomState,
     shards: Vec<Mutex<HashTable<Slot>>>,
+    /// An idle bucket's statistics are kept this long after its last decision.
+    idle_retention: Duration,
+}
+
+/// A panic while holding a shard's lock cannot leave a bucket half-written
+/// (every update is a plain assignment), so a poisoned lock is usable.
+fn lock(shard: &Mutex<HashTable<Slot>>) -> MutexGuard<'_, HashTable<Slot>> {
+    shard.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl MemoryStore {
+    /// A store keeping idle buckets' statistics for [`DEFAULT_IDLE_RETENTION`].
     pub fn new(clock: SharedClock) -> MemoryStore {
+        MemoryStore::with_idle_retention(clock, DEFAULT_IDLE_RETENTION)
+    }
+
+    /// A store that forgets an idle bucket (once it can no longer change a
+    /// decision) `idle_retention` after its last decision, statistics and all.
+    pub fn with_idle_retention(clock: SharedClock, idle_retention: Duration) -> MemoryStore {
         MemoryStore {
             clock,
             hasher: foldhash::fast::RandomState::default(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashTable::new())).collect(),
+            idle_retention,
         }
+    }
+
+    fn hash_parts(&self, account: &[u8], scope: &[u8], rule: &[u8]) -> u64 {
+        self.hasher.hash_one((account, scope, rule))
+    }
+
+    fn rehash(&self, slot: &Slot) -> u64 {
+        let (account, scope, rule) = slot.key.parts();
+        self.hash_parts(account, scope, rule)
     }
 
     /// The key's hash and its locked shard. The shard comes from the middle
     /// bits, so the table inside still sees well-spread low and high bits.
     fn shard(&self, key: &BucketKey) -> (u64, MutexGuard<'_, HashTable<Slot>>) {
-        let hash = self.hasher.hash_one(key);
-        let shard = &self.shards[((hash >> 32) as usize) % SHARDS];
-        // A panic while holding the lock cannot leave a bucket half-written
-        // (every update is a plain assignment), so a poisoned lock is usable.
-        (hash, shard.lock().unwrap_or_else(|p| p.into_inner()))
+        let hash = self.hash_parts(key.account.as_bytes(), key.scope.as_bytes(), key.rule.0.as_bytes());
+        (hash, lock(&self.shards[((hash >> 32) as usize) % SHARDS]))
     }
 
     /// Run `f` on the bucket's slot, creating it (a full bucket) if needed.
     fn with_slot<T>(&self, key: &BucketKey, f: impl FnOnce(&mut Slot, Timestamp) -> T) -> T {
         let now = self.clock.now();
         let (hash, mut shard) = self.shard(key);
-        let slot = match shard.find_mut(hash, |s| s.hash == hash && s.key.matches(key)) {
+        let slot = match shard.find_mut(hash, |s| s.hash == hash as u32 && s.key.matches(key)) {
             Some(slot) => slot,
-            None => shard.insert_unique(hash, Slot::new(hash, key), |s| s.hash).into_mut(),
+            None => shard.insert_unique(hash, Slot::new(hash, key), |s| self.rehash(s)).into_mut(),
         };
         slot.last_at_us = now.as_micros();
         f(slot, now)
@@ -226,7 +288,46 @@ impl MemoryStore {
     /// Run `f` on the bucket's slot if it exists.
     fn with_existing<T>(&self, key: &BucketKey, f: impl FnOnce(&mut Slot) -> T) -> Option<T> {
         let (hash, mut shard) = self.shard(key);
-        shard.find_mut(hash, |s| s.hash == hash && s.key.matches(key)).map(f)
+        shard.find_mut(hash, |s| s.hash == hash as u32 && s.key.matches(key)).map(f)
+    }
+
+    /// Forget every bucket that can no longer change a decision and whose
+    /// statistics are past the idle retention; returns how many. One shard
+    /// is locked at a time (decisions on the others go on), and a table left
+    /// mostly empty is shrunk so its memory goes back to the allocator. Plain
+    /// CPU work, linear in the buckets held: call it off the async workers.
+    pub fn forget_idle(&self) -> usize {
+        let keep_us = duration_micros(self.idle_retention);
+        let mut forgotten = 0;
+        for shard in &self.shards {
+            let mut table = lock(shard);
+            let now_us = self.clock.now().as_micros();
+            let before = table.len();
+            table.retain(|s| !s.forgettable(now_us, keep_us));
+            forgotten += before - table.len();
+            // A quarter full or less: shrink to fit (growing back is amortised
+            // like any growth, and this cannot flap on a steady shard).
+            let live = table.len();
+            if live <= table.capacity() / 4 {
+                table.shrink_to(live, |s| self.rehash(s));
+            }
+        }
+        forgotten
+    }
+
+    /// Buckets held right now.
+    pub fn live_buckets(&self) -> u64 {
+        self.shards.iter().map(|shard| lock(shard).len() as u64).sum()
+    }
+
+    /// Keys of the buckets with a decision at or after `since_us`, sorted.
+    fn keys_since(&self, since_us: i64) -> Vec<BucketKey> {
+        let mut keys: Vec<BucketKey> = Vec::new();
+        for shard in &self.shards {
+            keys.extend(lock(shard).iter().filter(|s| s.last_at_us >= since_us).map(|s| s.key.to_key()));
+        }
+        keys.sort();
+        keys
     }
 
     /// The synchronous decision, shared with the fallback store.
@@ -247,6 +348,9 @@ fn decide_slot(s: &mut Slot, now: Timestamp, args: &DecideArgs) -> StoreDecision
     }
     match decision::decide(&mut s.state, now, &args.limit, args.cost, args.ceiling) {
         Decision::Granted { wait } => {
+            if args.limit.algorithm != Algorithm::TokenBucket {
+                s.note_relevance(&args.limit);
+            }
             s.add_grant(wait);
             if args.shadow && wait >= Duration::from_millis(1) {
                 s.cold().stats.shadow_blocks += 1;
@@ -282,7 +386,9 @@ impl QuotaStore for MemoryStore {
     ) -> StoreResult<'a, Duration> {
         ready(self.with_slot(key, |s, now| {
             s.cold().stats.penalties += 1;
-            decision::penalize(&mut s.state, now, limit, floor, retry_after).saturating_duration_since(now)
+            let until = decision::penalize(&mut s.state, now, limit, floor, retry_after);
+            s.note_relevance(limit);
+            until.saturating_duration_since(now)
         }))
     }
 
@@ -296,6 +402,7 @@ impl QuotaStore for MemoryStore {
         self.with_slot(key, |s, now| {
             s.cold().stats.observations += 1;
             decision::observe(&mut s.state, now, limit, remaining, reset_in);
+            s.note_relevance(limit);
         });
         ready(())
     }
@@ -320,13 +427,16 @@ impl QuotaStore for MemoryStore {
         ready(self.with_existing(key, |s| s.stats()).unwrap_or_default())
     }
 
-    fn list_buckets(&self) -> StoreResult<'_, Vec<BucketKey>> {
-        let mut keys: Vec<BucketKey> = Vec::new();
-        for shard in &self.shards {
-            keys.extend(shard.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|s| s.key.to_key()));
-        }
-        keys.sort();
-        ready(keys)
+    fn list_buckets_since(&self, since_ms: i64) -> StoreResult<'_, Vec<BucketKey>> {
+        ready(self.keys_since(since_ms.saturating_mul(1000)))
+    }
+
+    fn forget_idle(&self) -> usize {
+        MemoryStore::forget_idle(self)
+    }
+
+    fn live_buckets(&self) -> StoreResult<'_, Vec<(&'static str, u64)>> {
+        ready(vec![("memory", MemoryStore::live_buckets(self))])
     }
 }
 

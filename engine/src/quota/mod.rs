@@ -60,12 +60,22 @@
 //! `…:stats` (hash) next to it; all share the `{account}` hash tag, so one
 //! script touches one Cluster slot. Calls without an account use `_global`.
 //! Every key gets a TTL: bucket keys expire when their state no longer matters
-//! (a full bucket), plus a margin; stats keys 7 days after the last decision.
+//! (a full bucket), plus a margin; stats keys the idle retention
+//! ([`RedisSettings::idle_retention`], default an hour) after the last decision.
 //! An evicted or expired bucket key reads as a full bucket: under memory
 //! pressure Redis may therefore allow one extra burst — the upstream's 429 and
 //! [`Limiter::penalize`] are the backstop. The known buckets are indexed in
 //! `{prefix}:rl-index` (a sorted set by last use, written at most once a
-//! minute per bucket per process) for the Quotas dashboard.
+//! minute per bucket per process, `lua/index.lua`) for the Quotas dashboard;
+//! entries past the idle retention are dropped in batches.
+//!
+//! # Forgetting (memory)
+//!
+//! The in-process store forgets a bucket once it reads as full again, holds
+//! no live lease, and its last decision is older than the idle retention
+//! ([`MemoryStore::forget_idle`], run every few seconds by the server), so
+//! memory follows the accounts active within the retention, not every
+//! account ever seen. Forgetting never changes a decision.
 //!
 //! # Store-down policies and how to pick a store
 //!

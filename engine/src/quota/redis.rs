@@ -8,8 +8,9 @@
 //! limiter turns into a refusal (fail closed) or [`super::FallbackStore`]
 //! into its local share. The connection re-establishes itself.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::hash::BuildHasher;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -23,11 +24,14 @@ use super::stats::{BucketKey, BucketStats, RefusalReason};
 use super::store::{DecideArgs, QuotaStore, StoreDecision, StoreError, StoreResult};
 
 const SCRIPT: &str = include_str!("lua/quota.lua");
+const INDEX_SCRIPT: &str = include_str!("lua/index.lua");
 
-/// How often one process re-writes a bucket's entry in the index.
+/// How often one process re-writes a bucket's entry in the index: an entry's
+/// score may be this much older than the bucket's last decision.
 const INDEX_REFRESH: Duration = Duration::from_secs(60);
-/// Buckets unused this long drop out of the index.
-const INDEX_TTL_MS: i64 = 7 * 24 * 3600 * 1000;
+/// Stale index entries dropped by one index write at most (a few ms of Redis
+/// time; index writes come at least as often as buckets go idle).
+const INDEX_TRIM_BATCH: u32 = 500;
 
 pub use crate::redis_conn::RedisSettings;
 use crate::redis_conn::RedisConn;
@@ -37,9 +41,38 @@ pub struct RedisStore {
     conn: RedisConn,
     prefix: String,
     timeout: Duration,
+    idle_retention: Duration,
     script: Script,
-    /// When this process last wrote each bucket into the index.
-    indexed: Mutex<HashMap<BucketKey, Instant>>,
+    index_script: Script,
+    indexed: Mutex<IndexedRecently>,
+}
+
+/// The buckets this process wrote into the index in the current refresh
+/// period, as 64-bit hashes of their keys: 8 bytes a bucket, bounded by the
+/// buckets used in one period, and dropped in one piece when it ends. (Two
+/// keys with the same hash would share one index write a period; at a
+/// million buckets that is a one-in-ten-million chance of an entry a minute
+/// late.)
+struct IndexedRecently {
+    since: Instant,
+    seen: HashSet<u64>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl IndexedRecently {
+    /// Whether `key` is due for an index write now; if so it counts as written.
+    fn due(&mut self, key: &BucketKey, now: Instant) -> bool {
+        if now.duration_since(self.since) >= INDEX_REFRESH {
+            self.since = now;
+            self.seen = HashSet::new();
+        }
+        self.seen.insert(self.hasher.hash_one(key))
+    }
+
+    fn forget(&mut self, key: &BucketKey) {
+        let hash = self.hasher.hash_one(key);
+        self.seen.remove(&hash);
+    }
 }
 
 impl fmt::Debug for RedisStore {
@@ -64,8 +97,14 @@ impl RedisStore {
             conn,
             prefix: settings.prefix.clone(),
             timeout: settings.timeout,
+            idle_retention: settings.idle_retention,
             script: Script::new(SCRIPT),
-            indexed: Mutex::new(HashMap::new()),
+            index_script: Script::new(INDEX_SCRIPT),
+            indexed: Mutex::new(IndexedRecently {
+                since: Instant::now(),
+                seen: HashSet::new(),
+                hasher: foldhash::fast::RandomState::default(),
+            }),
         })
     }
 
@@ -92,7 +131,8 @@ impl RedisStore {
             .arg(limit.algorithm.as_str())
             .arg(limit.tokens)
             .arg(duration_micros(limit.interval))
-            .arg(limit.burst);
+            .arg(limit.burst)
+            .arg(self.idle_retention.as_secs().max(1));
         for a in args {
             inv.arg(a);
         }
@@ -100,36 +140,44 @@ impl RedisStore {
         timed(self.timeout, inv.invoke_async(&mut conn)).await
     }
 
+    /// Index entries scored before this (Unix ms) belong to buckets whose
+    /// statistics have expired: not listed, and dropped by index writes.
+    fn index_horizon_ms(&self, now_ms: i64) -> i64 {
+        now_ms - millis(self.idle_retention) - millis(INDEX_REFRESH)
+    }
+
     /// Put the bucket into the index at most once per [`INDEX_REFRESH`] per
-    /// process. Kept out of the decision script: the index is one global key,
-    /// which a Cluster-safe script may not touch together with a bucket.
+    /// process, dropping a batch of stale entries on the way. Kept out of the
+    /// decision script: the index is one global key, which a Cluster-safe
+    /// script may not touch together with a bucket.
     async fn index(&self, key: &BucketKey) {
-        let due = {
-            let mut seen = self.indexed.lock().unwrap_or_else(|p| p.into_inner());
-            let now = Instant::now();
-            match seen.get(key) {
-                Some(at) if now.duration_since(*at) < INDEX_REFRESH => false,
-                _ => {
-                    seen.insert(key.clone(), now);
-                    true
-                }
-            }
-        };
-        if !due {
+        if !self.indexed.lock().unwrap_or_else(|p| p.into_inner()).due(key, Instant::now()) {
             return;
         }
-        let member = format!("{}:{}:{}", key.account, key.scope, key.rule);
-        let now_ms = crate::clock::Timestamp::from_system_time(std::time::SystemTime::now()).as_millis();
-        let mut pipe = redis::pipe();
-        pipe.zadd(self.index_key(), member, now_ms).ignore();
-        pipe.zrembyscore(self.index_key(), "-inf", now_ms - INDEX_TTL_MS).ignore();
-        pipe.pexpire(self.index_key(), INDEX_TTL_MS).ignore();
+        let now_ms = wall_ms();
+        let mut inv = self.index_script.prepare_invoke();
+        inv.key(self.index_key())
+            .arg(format!("{}:{}:{}", key.account, key.scope, key.rule))
+            .arg(now_ms)
+            .arg(self.index_horizon_ms(now_ms))
+            .arg(INDEX_TRIM_BATCH)
+            // The whole index expires only when no bucket was used for a
+            // retention: then every entry in it is stale anyway.
+            .arg(millis(self.idle_retention) + millis(INDEX_REFRESH));
         let mut conn = self.conn.clone();
-        if timed::<()>(self.timeout, pipe.query_async(&mut conn)).await.is_err() {
+        if timed::<i64>(self.timeout, inv.invoke_async(&mut conn)).await.is_err() {
             // Try again on the next decision.
-            self.indexed.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+            self.indexed.lock().unwrap_or_else(|p| p.into_inner()).forget(key);
         }
     }
+}
+
+fn wall_ms() -> i64 {
+    crate::clock::Timestamp::from_system_time(std::time::SystemTime::now()).as_millis()
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 async fn timed<T>(t: Duration, f: impl std::future::Future<Output = Result<T, RedisError>>) -> Result<T, StoreError> {
@@ -243,15 +291,29 @@ impl QuotaStore for RedisStore {
         })
     }
 
-    fn list_buckets(&self) -> StoreResult<'_, Vec<BucketKey>> {
+    fn list_buckets_since(&self, since_ms: i64) -> StoreResult<'_, Vec<BucketKey>> {
         Box::pin(async move {
             let mut conn = self.conn.clone();
-            let cmd = redis::cmd("ZRANGE").arg(self.index_key()).arg(0).arg(-1).clone();
+            let from = since_ms.saturating_sub(millis(INDEX_REFRESH)).max(self.index_horizon_ms(wall_ms()));
+            let cmd = redis::cmd("ZRANGEBYSCORE").arg(self.index_key()).arg(from).arg("+inf").clone();
             let members: Vec<String> = timed(self.timeout, cmd.query_async(&mut conn)).await?;
             let mut keys: Vec<BucketKey> = members.iter().filter_map(|m| parse_member(m)).collect();
             keys.sort();
             Ok(keys)
         })
+    }
+
+    fn live_buckets(&self) -> StoreResult<'_, Vec<(&'static str, u64)>> {
+        Box::pin(async move { Ok(vec![("redis", self.count_indexed().await?)]) })
+    }
+}
+
+impl RedisStore {
+    /// Buckets in the index whose statistics are still kept.
+    async fn count_indexed(&self) -> Result<u64, StoreError> {
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("ZCOUNT").arg(self.index_key()).arg(self.index_horizon_ms(wall_ms())).arg("+inf").clone();
+        timed(self.timeout, cmd.query_async(&mut conn)).await
     }
 }
 

@@ -331,18 +331,11 @@ impl RuleReloader {
     /// Poll every `every` (≤ 1 s keeps edits live within 2 s) until `shutdown`
     /// resolves. Errors are logged and the old rule set stays in force.
     pub async fn run(self, every: Duration, shutdown: impl Future<Output = ()>) {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                _ = &mut shutdown => return,
-                _ = tick.tick() => {
-                    if let Err(e) = self.run_once().await {
-                        tracing::warn!(error = &e as &dyn std::error::Error, "reloading limit rules failed; keeping the current set");
-                    }
-                }
+        crate::periodic::every(every, shutdown, || async {
+            if let Err(e) = self.run_once().await {
+                tracing::warn!(error = &e as &dyn std::error::Error, "reloading limit rules failed; keeping the current set");
             }
-        }
+        })
+        .await
     }
 }

@@ -106,8 +106,27 @@ pub trait QuotaStore: Send + Sync + fmt::Debug {
     /// The counters of one bucket.
     fn stats<'a>(&'a self, key: &'a BucketKey) -> StoreResult<'a, BucketStats>;
 
-    /// Every bucket used recently (Redis: within the index TTL), sorted.
-    fn list_buckets(&self) -> StoreResult<'_, Vec<BucketKey>>;
+    /// Every bucket the store holds (used within the idle retention), sorted.
+    fn list_buckets(&self) -> StoreResult<'_, Vec<BucketKey>> {
+        self.list_buckets_since(i64::MIN)
+    }
+
+    /// The buckets with a decision at or after `since_ms` (Unix ms), sorted.
+    /// May include some older ones (Redis refreshes its index at most once a
+    /// minute per bucket, so it answers from a minute earlier), never fewer.
+    fn list_buckets_since(&self, since_ms: i64) -> StoreResult<'_, Vec<BucketKey>>;
+
+    /// Forget what can no longer change a decision and whose statistics are
+    /// past their retention; returns how many buckets went. For in-process
+    /// stores (Redis keys expire by themselves); synchronous CPU work, to be
+    /// run off the async workers.
+    fn forget_idle(&self) -> usize {
+        0
+    }
+
+    /// How many buckets the store holds, per backend (`memory`, `redis`,
+    /// `local_fallback`), for `/metrics` and the Overview.
+    fn live_buckets(&self) -> StoreResult<'_, Vec<(&'static str, u64)>>;
 
     /// Whether the store serves from its shared backend.
     fn health(&self) -> StoreHealth {

@@ -24,6 +24,9 @@ pub struct RedisSettings {
     pub prefix: String,
     /// Deadline of one store call; an outage is detected within it.
     pub timeout: Duration,
+    /// How long a quota bucket's statistics (and its index entry) outlive
+    /// its last decision.
+    pub idle_retention: Duration,
 }
 
 impl RedisSettings {
@@ -33,6 +36,7 @@ impl RedisSettings {
             cluster: false,
             prefix: prefix.to_owned(),
             timeout: Duration::from_millis(250),
+            idle_retention: crate::quota::memory::DEFAULT_IDLE_RETENTION,
         }
     }
 }

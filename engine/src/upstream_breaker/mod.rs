@@ -37,23 +37,17 @@ pub struct BreakerKey {
 pub use crate::quota::stats::GLOBAL_ACCOUNT;
 
 impl BreakerKey {
-    /// `account` `None` (or empty) means [`GLOBAL_ACCOUNT`]. Both parts must
-    /// be 1–128 bytes without braces or control characters: they end up in
-    /// Redis keys, where braces mark the hash tag. Every account the limiter
-    /// accepts is accepted here too.
+    /// `account` `None` (or empty) means [`GLOBAL_ACCOUNT`]; otherwise it
+    /// follows [`crate::account::ACCOUNT_RULE`], as for quotas. The scope
+    /// must be 1–128 visible ASCII characters without braces (it ends up in
+    /// Redis keys, where braces mark the hash tag).
     pub fn new(account: Option<&str>, scope: &str) -> Result<Self, BreakerError> {
-        let account = account.filter(|a| !a.is_empty()).unwrap_or(GLOBAL_ACCOUNT);
-        for (what, value) in [("account", account), ("scope", scope)] {
-            if !Self::valid_part(value) {
-                return Err(BreakerError::InvalidKey { what, value: value.chars().take(128).collect() });
-            }
+        let account = crate::account::parse_account(account)?;
+        let ok = (1..=128).contains(&scope.len()) && scope.bytes().all(|b| b.is_ascii_graphic() && b != b'{' && b != b'}');
+        if !ok {
+            return Err(BreakerError::InvalidKey { what: "scope", value: scope.to_owned() });
         }
-        Ok(BreakerKey { account: account.to_owned(), scope: scope.to_owned() })
-    }
-
-    /// What an account or a scope must be: see [`BreakerKey::new`].
-    pub fn valid_part(value: &str) -> bool {
-        (1..=128).contains(&value.len()) && !value.chars().any(|c| c == '{' || c == '}' || c.is_control())
+        Ok(BreakerKey { account, scope: scope.to_owned() })
     }
 
     pub fn account(&self) -> &str {
@@ -85,6 +79,8 @@ pub struct Loaded {
 pub enum BreakerError {
     #[error("invalid breaker {what} {value:?}")]
     InvalidKey { what: &'static str, value: String },
+    #[error(transparent)]
+    InvalidAccount(#[from] crate::account::InvalidAccount),
     #[error("breaker store unavailable")]
     Store(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("breaker store holds an unreadable state for {key}: {detail}")]

@@ -4,6 +4,8 @@
 
 #[macro_use]
 mod contract;
+mod forgetting;
+mod history;
 mod procs;
 mod redis_ops;
 mod rules;

@@ -72,6 +72,71 @@ mod quota_redis_ops {
         }
     }
 
+    fn decide_args(account: &str) -> DecideArgs {
+        DecideArgs {
+            key: BucketKey { account: account.into(), scope: "pricing".into(), rule: RuleId("r".into()) },
+            limit: Limit::token_bucket(5, MIN, 5),
+            cost: 1,
+            ceiling: MIN,
+            shadow: false,
+            lease: None,
+        }
+    }
+
+    fn now_ms() -> i64 {
+        sluice_engine::clock::Timestamp::from_system_time(std::time::SystemTime::now()).as_millis()
+    }
+
+    #[tokio::test]
+    async fn statistics_and_the_bucket_index_expire_after_the_idle_retention() {
+        let prefix = unique_prefix();
+        let mut settings = RedisSettings::single(&test_redis_url(), &prefix);
+        settings.idle_retention = Duration::from_secs(120);
+        let store = RedisStore::connect(&settings).await.expect("connect");
+        store.decide(&decide_args("acct42")).await.expect("decide");
+        let mut c = redis::Client::open(test_redis_url()).expect("url").get_connection().expect("conn");
+        let pttl = |c: &mut redis::Connection, k: String| -> i64 { redis::cmd("PTTL").arg(k).query(c).expect("pttl") };
+        let stats = pttl(&mut c, format!("{prefix}:rl:{{acct42}}:pricing:r:stats"));
+        assert!(stats > 0 && stats <= 120_000, "stats live for the retention: {stats}");
+        let index = pttl(&mut c, format!("{prefix}:rl-index"));
+        assert!(index > 120_000 && index <= 180_000, "the index outlives them by its refresh period: {index}");
+    }
+
+    #[tokio::test]
+    async fn the_bucket_index_lists_live_buckets_only_and_drops_stale_entries_in_batches() {
+        let prefix = unique_prefix();
+        let store = redis_store(&test_redis_url(), &prefix).await;
+        let index = format!("{prefix}:rl-index");
+        let mut c = redis::Client::open(test_redis_url()).expect("url").get_connection().expect("conn");
+        // 700 buckets last used two days ago, by a process long gone.
+        let mut zadd = redis::cmd("ZADD");
+        zadd.arg(&index);
+        for i in 0..700 {
+            zadd.arg(now_ms() - 2 * 86_400_000).arg(format!("old{i}:pricing:r"));
+        }
+        let _: i64 = zadd.query(&mut c).expect("zadd");
+        let card = |c: &mut redis::Connection| -> i64 { redis::cmd("ZCARD").arg(&index).query(c).expect("zcard") };
+
+        store.decide(&decide_args("fresh1")).await.expect("decide");
+        assert_eq!(card(&mut c), 700 - 500 + 1, "one index write drops at most 500 stale entries");
+        let listed = store.list_buckets().await.expect("list");
+        assert_eq!(listed.iter().map(|k| k.account.as_str()).collect::<Vec<_>>(), ["fresh1"], "stale entries are not listed");
+        assert_eq!(store.live_buckets().await.expect("count"), vec![("redis", 1)]);
+        store.decide(&decide_args("fresh2")).await.expect("decide");
+        assert_eq!(card(&mut c), 2, "the next write drops the rest");
+    }
+
+    #[tokio::test]
+    async fn buckets_used_since_an_instant_are_listed_with_a_minute_of_slack() {
+        let store = redis_store(&test_redis_url(), &unique_prefix()).await;
+        let before = now_ms();
+        store.decide(&decide_args("a")).await.expect("decide");
+        let since = |ms: i64| store.list_buckets_since(ms);
+        assert_eq!(since(before).await.expect("list").len(), 1);
+        assert_eq!(since(before + 30_000).await.expect("list").len(), 1, "index scores may lag a minute behind");
+        assert_eq!(since(before + 5 * 60_000).await.expect("list").len(), 0);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_contract_suite_holds_on_a_three_node_redis_cluster() {
         let cluster = OwnCluster::start(3);

@@ -55,6 +55,7 @@ impl Harness {
                     cluster: *cluster,
                     prefix: unique_prefix(),
                     timeout: Duration::from_secs(2),
+                    idle_retention: Duration::from_secs(3600),
                 };
                 let store = RedisStore::connect(&settings).await.expect("connect to test Redis");
                 let client = redis::Client::open(urls[0].as_str()).expect("redis url");

@@ -191,8 +191,8 @@ macro_rules! contract {
             let settings = |prefix: String| RedisSettings {
                 urls: cluster.urls(),
                 cluster: true,
-                prefix,
                 timeout: Duration::from_secs(2),
+                ..RedisSettings::single("", &prefix)
             };
             $(
                 let clock = Arc::new(ManualClock::at_test_epoch());

@@ -28,6 +28,6 @@ async fn get_readyz(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 async fn get_metrics(State(state): State<AppState>) -> impl IntoResponse {
-    crate::telemetry::refresh_gauges(&state.deliveries).await;
+    crate::telemetry::refresh_gauges(&state.deliveries, &state.limiter).await;
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.prometheus.render())
 }

@@ -1,6 +1,7 @@
 //! Server integration tests: one binary, each test with its own application
 //! on port 0 and its own database.
 
+mod accounts;
 mod api;
 mod api_contract;
 mod api_upstream_breakers;

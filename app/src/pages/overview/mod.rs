@@ -37,6 +37,9 @@ pub struct Attention {
     pub wait_p95_ms_1h: Option<u64>,
     /// Sampling slots in the hour; 0 means the history has not started yet.
     pub history_slots: u64,
+    /// Quota buckets the store holds now (used within the idle retention);
+    /// `None` when the store did not answer.
+    pub live_buckets: Option<u64>,
 }
 
 #[server(prefix = "/ui", endpoint = "overview/attention")]
@@ -160,6 +163,13 @@ fn AttentionPanel(attention: Attention) -> impl IntoView {
                 <h2>"Refused permits"</h2>
                 <p class=level(a.refusals_1h, false) data-testid="refusals-1h">{a.refusals_1h}</p>
                 <span class="muted">{hour}</span>
+            </a>
+            <a class="card" href="/quotas" data-testid="live-buckets">
+                <h2>"Live quota buckets"</h2>
+                <p class="big" data-testid="live-buckets-count">
+                    {a.live_buckets.map_or_else(|| "—".to_owned(), |n| n.to_string())}
+                </p>
+                <span class="muted">"accounts × rules used within the retention"</span>
             </a>
             <a class="card" href="/quotas" data-testid="waits">
                 <h2>"Wait p95"</h2>

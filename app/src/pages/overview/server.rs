@@ -26,5 +26,7 @@ pub async fn attention(ctx: &AppContext) -> Result<Attention, ServerFnError> {
         grants_1h: hour.grants,
         wait_p95_ms_1h: if hour.grants == 0 { None } else { hour.wait_percentile(0.95).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)) },
         history_slots: hour.slots,
+        // A store that does not answer must not hide the other numbers.
+        live_buckets: ctx.limiter.live_buckets().await.ok().map(|counts| counts.iter().map(|(_, n)| n).sum()),
     })
 }

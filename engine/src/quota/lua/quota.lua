@@ -4,13 +4,15 @@
 --
 -- KEYS: 1 bucket hash, 2 sliding log (zset), 3 leases (zset), 4 stats hash.
 --       All four share the account's hash tag, so this runs on Redis Cluster.
--- ARGV: 1 op, 2 algorithm, 3 tokens, 4 interval (us), 5 burst, 6.. per op.
+-- ARGV: 1 op, 2 algorithm, 3 tokens, 4 interval (us), 5 burst, 6 how long
+--       the stats hash outlives the last decision (s), 7.. per op.
 -- Time is Redis TIME in microseconds since the Unix epoch. Every number sent
 -- back to Redis is formatted with %.0f: Lua would print 1.7e+15 otherwise.
 
 local bucket, logk, leasek, statk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local op, algo = ARGV[1], ARGV[2]
 local tokens, w, burst = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local stats_ttl = tonumber(ARGV[6])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
@@ -34,7 +36,7 @@ local tat, win, used, blk = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber
 local function stat(field, by) redis.call('HINCRBY', statk, field, s(by)) end
 local function touch_stats()
   redis.call('HSET', statk, 'last_at_ms', s(fdiv(now, 1000)))
-  redis.call('EXPIRE', statk, 604800)
+  redis.call('EXPIRE', statk, stats_ttl)
 end
 local function wait_bucket(wait)
   local ms, b = fdiv(wait, 1000), 0
@@ -131,8 +133,8 @@ local function remaining_now()
 end
 
 if op == 'decide' then
-  local cost, ceiling, shadow = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == '1'
-  local lmax, lid, lttl = tonumber(ARGV[9]), ARGV[10], tonumber(ARGV[11])
+  local cost, ceiling, shadow = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9] == '1'
+  local lmax, lid, lttl = tonumber(ARGV[10]), ARGV[11], tonumber(ARGV[12])
   touch_stats()
   if lmax > 0 then
     redis.call('ZREMRANGEBYSCORE', leasek, '-inf', s(now))
@@ -167,7 +169,7 @@ if op == 'decide' then
   end
   return {1, wait, lease}
 elseif op == 'penalize' then
-  local floor_, retry = tonumber(ARGV[6]), tonumber(ARGV[7])
+  local floor_, retry = tonumber(ARGV[7]), tonumber(ARGV[8])
   local untl = now + math.max(floor_, retry)
   block_until(untl)
   save()
@@ -175,7 +177,7 @@ elseif op == 'penalize' then
   touch_stats()
   return untl - now
 elseif op == 'observe' then
-  local remaining, reset = tonumber(ARGV[6]), tonumber(ARGV[7])
+  local remaining, reset = tonumber(ARGV[7]), tonumber(ARGV[8])
   stat('observations', 1)
   touch_stats()
   if remaining == 0 then
@@ -202,9 +204,9 @@ elseif op == 'peek' then
   if algo == 'token_bucket' then cap = burst end
   return {remaining, cap, earliest(1) - now}
 elseif op == 'release' then
-  return redis.call('ZREM', leasek, ARGV[6])
+  return redis.call('ZREM', leasek, ARGV[7])
 elseif op == 'refuse' then
-  stat('refused:' .. ARGV[6], 1)
+  stat('refused:' .. ARGV[7], 1)
   touch_stats()
   return 1
 end

@@ -34,6 +34,9 @@ pub fn decode_lease_id(id: &str) -> Option<Lease> {
     if [account, scope, lease, rule].iter().any(|p| p.is_empty()) {
         return None;
     }
+    // The same account rule as for permits: an id carrying anything else was
+    // not issued here.
+    sluice_engine::account::parse_account(Some(account)).ok()?;
     Some(Lease {
         bucket: BucketKey { account: account.to_owned(), scope: scope.to_owned(), rule: RuleId(rule.to_owned()) },
         id: lease.to_owned(),
@@ -69,5 +72,6 @@ mod tests {
         assert_eq!(decode_lease_id("lse_zz"), None);
         assert_eq!(decode_lease_id("nope"), None);
         assert_eq!(decode_lease_id(&format!("lse_{}", hex::encode("a:b:c"))), None);
+        assert_eq!(decode_lease_id(&format!("lse_{}", hex::encode("a\nb:pricing:lease_01:r"))), None);
     }
 }

@@ -45,7 +45,7 @@ impl HeaderIn {
     "status_429": true, "retry_after": "30"
 }))]
 pub struct PenaltyIn {
-    /// Upstream account; without it the `_global` bucket is used.
+    #[schema(schema_with = super::quota_input::account_schema)]
     pub account: Option<String>,
     /// API domain, e.g. `vtex_pricing`.
     pub scope: String,

@@ -33,7 +33,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     "account": "seller-42", "scope": "vtex_pricing", "method": "PUT", "path": "/api/pricing/prices/42", "cost": 1, "max_wait_ms": 5000
 }))]
 pub struct PermitIn {
-    /// Upstream account; without it the `_global` bucket is used.
+    #[schema(schema_with = super::quota_input::account_schema)]
     pub account: Option<String>,
     /// API domain, e.g. `vtex_pricing`.
     pub scope: String,

@@ -12,7 +12,7 @@ use super::error::{ApiError, FieldError};
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TargetIn {
-    /// Upstream account; without it the `_global` bucket is used.
+    #[schema(schema_with = super::quota_input::account_schema)]
     pub account: Option<String>,
     /// API domain, e.g. `vtex_pricing`.
     pub scope: String,
@@ -55,6 +55,18 @@ pub fn reject(problems: Vec<FieldError>) -> Result<(), ApiError> {
     }
 }
 
+/// The schema of every `account` field: a string, described by the one
+/// account rule the engine enforces (`sluice_engine::account`).
+pub fn account_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .description(Some(format!(
+            "The upstream account (a seller, a shop) whose quota this spends. {}",
+            sluice_engine::account::ACCOUNT_RULE
+        )))
+        .build()
+}
+
 pub fn no_rule(target: &TargetIn) -> ApiError {
     ApiError::new(
         StatusCode::UNPROCESSABLE_ENTITY,
@@ -69,10 +81,14 @@ impl From<QuotaError> for ApiError {
             QuotaError::InvalidCost { capacity, .. } => {
                 ApiError::invalid_field("invalid_cost", "cost", format!("must be between 1 and the rule's capacity {capacity}"))
             }
-            QuotaError::InvalidAccount => {
-                ApiError::invalid_field("invalid_account", "account", "must be 1–128 characters without '{', '}' or ':'")
-            }
+            QuotaError::InvalidAccount(why) => invalid_account(why),
             QuotaError::Store(_) => ApiError::store_unavailable(&e),
         }
     }
+}
+
+/// The 422 for an account id the engine's one rule refuses (permits,
+/// penalties, leases and breaker keys alike).
+pub fn invalid_account(why: &sluice_engine::account::InvalidAccount) -> ApiError {
+    ApiError::invalid_field("invalid_account", "account", format!("{}; {}", why.problem, sluice_engine::account::ACCOUNT_RULE))
 }

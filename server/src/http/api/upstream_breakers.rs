@@ -188,7 +188,7 @@ pub struct UpstreamResetOut {
 fn breaker_key(account: Option<&str>, scope: &str) -> Result<BreakerKey, ApiError> {
     BreakerKey::new(account, scope).map_err(|e| match e {
         BreakerError::InvalidKey { what, .. } => {
-            ApiError::invalid_field("invalid_input", what, "must be 1–128 characters without braces or control characters")
+            ApiError::invalid_field("invalid_input", what, "must be 1–128 visible ASCII characters without braces")
         }
         e => breaker_error(e),
     })
@@ -197,6 +197,7 @@ fn breaker_key(account: Option<&str>, scope: &str) -> Result<BreakerKey, ApiErro
 fn breaker_error(e: BreakerError) -> ApiError {
     match e {
         BreakerError::InvalidKey { what, .. } => ApiError::invalid_field("invalid_input", what, "invalid"),
+        BreakerError::InvalidAccount(why) => super::quota_input::invalid_account(&why),
         BreakerError::Store(_) | BreakerError::Contention { .. } => {
             tracing::warn!(error = &e as &dyn std::error::Error, "upstream breaker store");
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", "the breaker store is unavailable; retry shortly")

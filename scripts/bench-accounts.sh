@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Memory with many accounts (docs/benchmarks.md, "Memory with millions of
+# accounts"): the release server, first on the embedded default (in-process
+# quota store), then on Redis (a redis-server of its own on a free port, so
+# its used_memory is this benchmark's alone). In each mode: permits for N
+# distinct accounts through the HTTP API (server/examples/account_load.rs),
+# idle past the idle retention, another N accounts, idle again. Resident
+# memory of the server (VmRSS) and Redis used_memory are sampled at each step,
+# and the live buckets from /metrics.
+#
+# Usage: scripts/bench-accounts.sh [accounts per round, default 1000000]
+#          [idle retention seconds, default 120] [modes, default "embedded redis"]
+# Targets (issue: bounded memory): RSS after an idle period <= 1.2 x RSS at
+# start (in-process statistics are forgotten with their buckets, so their
+# bounded size adds nothing once idle); the second round costs no more than
+# the first; Redis used_memory back within 10 % of its start once the keys'
+# TTLs have passed.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+
+N="${1:-1000000}"
+RETENTION="${2:-120}"
+MODES="${3:-embedded redis}"
+# Past the retention, the index's extra minute, a sampling interval and a
+# forgetting sweep (every 10 s).
+IDLE=$((RETENTION + 90))
+
+cargo build -q --release -p sluice --bin sluice --example account_load
+BIN="$CARGO_TARGET_DIR/release"
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+rss_mb() { awk '/VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+used_mb() { redis-cli -p "$1" INFO memory | awk -F: '/^used_memory:/ { printf "%.1f", $2 / 1048576 }'; }
+live() { curl -fsS "$1/metrics" | awk '/^sluice_quota_live_buckets/ { printf "%s=%s ", $1, $2 }'; }
+
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
+for mode in $MODES; do
+  PORT="$(free_port)"
+  BASE="http://127.0.0.1:$PORT"
+  unset DATABASE_URL REDIS_URL SLUICE_DATABASE_URL SLUICE_REDIS_URL
+  export SLUICE_DATA_DIR="$WORK/$mode" SLUICE_LISTEN="127.0.0.1:$PORT" SLUICE_DELIVERY_WORKER=false \
+    SLUICE_LOG=warn SLUICE_QUOTA_IDLE_RETENTION_SECS="$RETENTION" SLUICE_SITE_ROOT="$WORK/no-site"
+  RPORT=""
+  if [ "$mode" = redis ]; then
+    RPORT="$(free_port)"
+    redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" > "$WORK/redis.log" 2>&1 &
+    PIDS+=($!)
+    for _ in $(seq 50); do redis-cli -p "$RPORT" ping > /dev/null 2>&1 && break; sleep 0.1; done
+    export REDIS_URL="redis://127.0.0.1:$RPORT"
+  fi
+  WORKER="$("$BIN/sluice" token add --name soak-worker --scope worker 2>/dev/null)"
+  ADMIN="$("$BIN/sluice" token add --name soak-admin --scope admin 2>/dev/null)"
+  "$BIN/sluice" serve > "$WORK/$mode.log" 2>&1 &
+  SERVER=$!
+  PIDS+=("$SERVER")
+  for _ in $(seq 100); do curl -fsS "$BASE/healthz" > /dev/null 2>&1 && break; sleep 0.1; done
+  # The issue's rule: 100 permits per second per account.
+  curl -fsS "$BASE/api/v1/limits" -H "Authorization: Bearer $ADMIN" -H 'content-type: application/json' \
+    -d '{"scope":"soak","tokens":100,"interval_ms":1000,"note":"memory soak"}' > /dev/null
+  sleep 5
+  step() {
+    local redis=""
+    [ -n "$RPORT" ] && redis="  redis used_memory $(used_mb "$RPORT") MB"
+    printf '%-8s %-28s RSS %7s MB%s  %s\n' "$mode" "$1" "$(rss_mb "$SERVER")" "$redis" "$(live "$BASE")"
+  }
+  step "start"
+  for round in 1 2; do
+    "$BIN/examples/account_load" "$BASE" "$WORKER" $(((round - 1) * N)) "$N" 32 soak
+    step "after $N more accounts"
+    sleep "$IDLE"
+    step "idle ${IDLE} s"
+  done
+  if [ -n "$RPORT" ]; then
+    # Redis expires keys in the background, a sample at a time: give it time.
+    for _ in $(seq 30); do
+      [ "$(redis-cli -p "$RPORT" DBSIZE)" -eq 0 ] && break
+      sleep 10
+    done
+    step "keys left: $(redis-cli -p "$RPORT" DBSIZE)"
+  fi
+  kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
+  [ -n "$RPORT" ] && redis-cli -p "$RPORT" shutdown nosave > /dev/null 2>&1 || true
+done
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+echo
+echo "bytes per live bucket, in-process, next to governor (one process each):"
+cargo run -q --release -p sluice-engine --example bucket_bytes -- memory "$N"
+cargo run -q --release -p sluice-engine --example bucket_bytes -- governor "$N"

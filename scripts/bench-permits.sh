@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Load benchmark of POST /api/v1/permits (issue #6; docs/benchmarks.md,
+# Load benchmark of POST /api/v1/permits (docs/benchmarks.md,
 # "Worker API"): wrk against Sluice (`sluice serve`, embedded: SQLite and the
 # in-process quota store, a worker token) and against a bare axum handler
 # answering the same JSON shape (server/examples/bare_axum.rs), alternately in

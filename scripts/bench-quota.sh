@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Quota-utilization benchmark (issue #8; docs/benchmarks.md, "Quota utilization"):
+# Quota-utilization benchmark (docs/benchmarks.md, "Quota utilization"):
 # K = 1, 4, 8 separate worker processes share one account limit of the demo's
 # mock marketplace (a real HTTP server on loopback) for a fixed time, through
 # (a) Sluice's limiter with the Redis store and (b) naive per-process limiters

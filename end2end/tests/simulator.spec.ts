@@ -2,7 +2,7 @@ import { expect, test } from '@playwright/test';
 import { signIn } from '../pages/login';
 import { SimulatorPage } from '../pages/simulator';
 
-test('the simulator reproduces seed 003: 4 workers x 3 local send 12 into a window of 3', async ({ page }) => {
+test('the simulator reproduces the four-workers case: 4 workers x 3 local send 12 into a window of 3', async ({ page }) => {
   await signIn(page, 'viewer', '/simulator');
   const sim = new SimulatorPage(page);
   await sim.open();

@@ -1,11 +1,11 @@
-//! The schedule simulator (SPEC §6, seed 003): when does each request of a
+//! The schedule simulator: when does each request of a
 //! ready queue get its permit, and how many of them would the upstream refuse?
 //!
 //! Time starts at "second zero" (the Unix epoch, so fixed windows start at
 //! multiples of their length). All workers and the whole queue are ready after
 //! a common initial pause. Each request goes to the worker that can send it
 //! soonest (ties: the lower worker number). Workers either keep their own local
-//! limit (the seed's failure: four workers with 3 per 10 s each send 12 into
+//! limit (the classic failure: four workers with 3 per 10 s each send 12 into
 //! one window) or share one limiter. The permits are then replayed against the
 //! upstream limit, in time order, to count the requests it would refuse
 //! (refused requests do not spend upstream quota). The simulator computes
@@ -69,7 +69,7 @@ pub struct SimulationReport {
 
 impl SimulationReport {
     /// The most permits issued inside one window of length `window`, windows
-    /// counted from second zero: seed 003's 12 where the upstream allows 3.
+    /// counted from second zero: 12 where the upstream allows 3, in the four-workers example.
     pub fn busiest_window(&self, window: Duration) -> u32 {
         let width = window.as_micros().max(1);
         let mut per_window: std::collections::HashMap<u128, u32> = std::collections::HashMap::new();

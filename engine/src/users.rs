@@ -1,5 +1,5 @@
 //! People who log in to the web application: usernames, argon2id password
-//! hashes and roles (SPEC §7).
+//! hashes and roles.
 //!
 //! Roles are ordered: `viewer` < `support` < `admin`; a check asks for the
 //! least role an action needs ([`Role::allows`]). Passwords are hashed with

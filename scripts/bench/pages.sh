@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The two heavy pages at their target sizes (issue #7, docs/benchmarks.md,
+# The two heavy pages at their target sizes (docs/benchmarks.md,
 # "Pages at scale"): the Deliveries page with 1,000,000 deliveries and the
 # Quotas page with 10,000 buckets, on the distributed setup (PostgreSQL +
 # Redis), release build.

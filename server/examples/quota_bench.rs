@@ -1,4 +1,4 @@
-//! The quota-utilization benchmark (issue #8; run it with
+//! The quota-utilization benchmark (run it with
 //! `scripts/bench-quota.sh`, results in docs/benchmarks.md).
 //!
 //! K separate OS processes share one account's limit of the demo's mock
@@ -11,7 +11,7 @@
 //!   Redis's clock), and reports each 429 as a penalty, as a Rust worker does
 //!   through the retry middleware;
 //! - `naive`: every process has its own in-memory limiter with the same
-//!   limit, believing it owns the account's whole quota (seed 003).
+//!   limit, believing it owns the account's whole quota.
 //!
 //! `quota_bench run` starts the mock upstream in-process, spawns the K worker
 //! processes (this same executable, `quota_bench worker …`), sums what they

@@ -80,7 +80,7 @@ pub struct Settings {
 /// Which ladder and breaker timings the delivery worker runs with.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DeliveryTiming {
-    /// The product's policy (SPEC §5).
+    /// The product's delivery policy (docs/delivery.md).
     #[default]
     Product,
     /// `sluice demo`: the same shape, sped up so every step shows within

@@ -280,7 +280,7 @@ fn build_upstream_breakers(settings: &Settings, clock: &SharedClock) -> Upstream
     UpstreamBreaker::new(store, UpstreamBreakerConfig::default())
 }
 
-/// The limiter over `store`, with the rule set from the database (the seeds'
+/// The limiter over `store`, with the rule set from the database (the vendors'
 /// presets on a fresh database).
 async fn build_limiter(store: Arc<dyn QuotaStore>, db: &Db, clock: &SharedClock) -> anyhow::Result<Limiter> {
     let rules = RulesRepo::new(db.clone());

@@ -1,4 +1,4 @@
-//! The two retry ladders, as pure decisions (SPEC §5, seed 002).
+//! The two retry ladders, as pure decisions (docs/delivery.md).
 //!
 //! [`decide`] takes the delivery's ladder state, the outcome of the attempt
 //! just made and `now`, and says what happens next. It never reads a clock.

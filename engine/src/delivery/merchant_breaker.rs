@@ -1,4 +1,4 @@
-//! The per-merchant circuit breaker, as pure transitions (SPEC §5, seed 002).
+//! The per-merchant circuit breaker, as pure transitions (docs/delivery.md).
 //!
 //! - closed → open: in the sliding window (5 min) there were ≥ 5 attempts and
 //!   ≥ 80 % failed. Only network errors, timeouts and 5xx fail; any 4xx, 429

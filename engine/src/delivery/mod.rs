@@ -1,6 +1,6 @@
 //! Webhook delivery: a durable outbox of events, delivered to merchants with
-//! two retry ladders and a per-merchant circuit breaker (SPEC §5, seed 002;
-//! the long form with a worked timeline is `docs/delivery.md`).
+//! two retry ladders and a per-merchant circuit breaker (the long form with
+//! a worked timeline is `docs/delivery.md`).
 //!
 //! Layout:
 //! - pure decisions, no IO and no clock: [`money`] (which events move money),

@@ -1,5 +1,5 @@
 //! Which events move money. Money events get the slow ladder on a 4xx instead
-//! of failing at once (SPEC §5, seed 002). The list is exact: anything not on
+//! of failing at once (docs/delivery.md). The list is exact: anything not on
 //! it, including unknown types and statuses, is non-money.
 
 /// True for the events that record an actual movement of money:

@@ -1,4 +1,4 @@
-//! Request signing, and verification for receivers (SPEC §5).
+//! Request signing, and verification for receivers (docs/delivery.md).
 //!
 //! Two schemes, chosen per merchant:
 //! - [`SigningScheme::Sluice`]: `X-Webhook-Id`, `X-Webhook-Timestamp` (Unix

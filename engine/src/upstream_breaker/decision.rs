@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 
-/// Thresholds of the upstream breaker (seed 004 defaults).
+/// Thresholds of the upstream breaker (the defaults follow VTEX's guidance:
+/// open after 5 failures in a row).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UpstreamBreakerConfig {

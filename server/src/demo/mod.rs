@@ -3,7 +3,7 @@
 //!
 //! - [`upstream`]: a mock marketplace API that enforces its own per-account
 //!   limit (fixed windows) and answers 429 with `application/problem+json`
-//!   and no `Retry-After`, like the WB feeds of seed 000, plus VTEX-style
+//!   and no `Retry-After`, like the Wildberries feeds, plus VTEX-style
 //!   `X-RateLimit-*` headers on success; one seller's shard has an outage
 //!   now and then ([`demo_upstream`]);
 //! - [`traffic`]: worker tasks calling it through the retry middleware, the

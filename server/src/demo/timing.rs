@@ -7,7 +7,7 @@ use sluice_engine::delivery::ladder::LadderConfig;
 use sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig;
 
 /// The delivery timings of the demo: the product's ladders and breaker
-/// (SPEC §5) with the long pauses shortened, so a delivery climbs both
+/// (docs/delivery.md) with the long pauses shortened, so a delivery climbs both
 /// ladders and a breaker opens and probes within a minute or two:
 /// - fast ladder unchanged (1 s, 2 s, 4 s, … already visible);
 /// - slow ladder ÷ 60: 15 s, 1 min, 4 min, 12 min, 24 min, ceiling 48 min;

@@ -26,7 +26,7 @@ const ACTOR: &str = "demo";
 /// The demo scope's rule: the upstream's documented limit as a token bucket.
 /// The upstream counts fixed windows, so the local model is slightly
 /// optimistic at window edges and a 429 penalty shows up now and then, as in
-/// production (seed 000, OP-220).
+/// production (the Wildberries feeds).
 pub fn demo_rule() -> Rule {
     let limit = Limit::token_bucket(UPSTREAM_LIMIT_PER_SECOND, Duration::from_secs(1), UPSTREAM_LIMIT_PER_SECOND);
     let mut rule = Rule::new(DEMO_SCOPE, None, None, limit).with_id("demo_market");

@@ -1,4 +1,4 @@
-//! The webhook pages (issue #7): Deliveries, one delivery, Merchants and
+//! The webhook pages: Deliveries, one delivery, Merchants and
 //! Breakers, through real HTTP with real sessions. Merchants are real HTTP
 //! servers on 127.0.0.1; deliveries are sent by a delivery `Worker` the test
 //! drives step by step (`run_once`) on a `ManualClock` — the application's

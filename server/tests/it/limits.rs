@@ -1,7 +1,7 @@
 //! The Limits, Simulator and Audit log pages' server functions: who may
 //! write, what validation answers, that an edit is what `/api/v1/permits`
 //! enforces (here at once, on another instance within 2 s), the audit trail,
-//! the simulator's seed-003 numbers and the audit log's pages.
+//! the simulator's four-workers numbers and the audit log's pages.
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! The webhook pages (SPEC §7, issue #7): Deliveries (filtered list with
+//! The webhook pages: Deliveries (filtered list with
 //! keyset pagination and bulk retry), one delivery's ladder timeline,
 //! Merchants, and Breakers (merchant delivery breakers and upstream breakers).
 //!

@@ -1,4 +1,4 @@
-//! Simulator (SPEC §6, seed 003): K workers with their own local limits, or
+//! Simulator: K workers with their own local limits, or
 //! one shared limiter, against an upstream limit with windows from second
 //! zero. Shows when each permit is issued, how many requests the upstream
 //! would refuse, the busiest window and the time to drain the queue, as a

@@ -1,4 +1,4 @@
-//! The HTTP API for workers (SPEC §8): JSON under `/api/v1`, bearer tokens,
+//! The HTTP API for workers: JSON under `/api/v1`, bearer tokens,
 //! errors as `{"code", "message"}`. One router per resource, merged here.
 
 pub mod auth;

@@ -1,9 +1,14 @@
 //! Connect on first use, retry at a bounded rate while the server is down:
-//! the part the quota and breaker stores' lazy Redis wrappers share.
+//! what the quota and breaker stores' lazy Redis wrappers share, so an
+//! instance can start (and show its pages) during a Redis outage.
 
+use std::fmt;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Mutex, OnceCell};
+
+use crate::redis_conn::RedisSettings;
 
 /// Connect attempts are at most this frequent; calls in between fail fast.
 pub(crate) const CONNECT_EVERY: Duration = Duration::from_millis(500);
@@ -49,6 +54,60 @@ impl<T> LazyConnection<T> {
         *last = Some(Instant::now());
         let conn = connect().await.map_err(Some)?;
         Ok(self.conn.get_or_init(|| async move { conn }).await)
+    }
+}
+
+/// A Redis-backed store that connects from settings.
+pub(crate) trait ConnectRedis: Sized + Send + Sync {
+    type Error: fmt::Display;
+    /// What connects, for the log lines (`quota store`, `breaker store`).
+    const NAME: &'static str;
+    fn connect(settings: &RedisSettings) -> impl Future<Output = Result<Self, Self::Error>> + Send;
+    /// The error of a call made while not connected and not trying again yet.
+    fn not_connected(e: NotConnected) -> Self::Error;
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("not connected to Redis yet")]
+pub(crate) struct NotConnected;
+
+/// A Redis store made by the first call that needs it. Until a connection
+/// succeeds every call fails with `S::not_connected` (or the attempt's own
+/// error); once connected, the store's connection manager reconnects itself.
+pub(crate) struct LazyRedis<S> {
+    settings: RedisSettings,
+    conn: LazyConnection<S>,
+}
+
+impl<S> fmt::Debug for LazyRedis<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LazyRedis")
+            .field("prefix", &self.settings.prefix)
+            .field("connected", &self.conn.is_connected())
+            .finish()
+    }
+}
+
+impl<S: ConnectRedis> LazyRedis<S> {
+    /// Nothing is connected here; the first call tries (one node or a
+    /// cluster, as `settings` say).
+    pub(crate) fn new(settings: RedisSettings) -> Self {
+        LazyRedis { settings, conn: LazyConnection::new() }
+    }
+
+    pub(crate) async fn get(&self) -> Result<&S, S::Error> {
+        let connect = || async {
+            let store = S::connect(&self.settings).await;
+            match &store {
+                Ok(_) => tracing::info!(prefix = %self.settings.prefix, "{} connected to Redis", S::NAME),
+                Err(e) => tracing::warn!(error = %e, "{}: Redis not reachable yet", S::NAME),
+            }
+            store
+        };
+        self.conn
+            .get_or_connect(connect)
+            .await
+            .map_err(|e| e.unwrap_or_else(|| S::not_connected(NotConnected)))
     }
 }
 

@@ -216,8 +216,8 @@ impl Worker {
             return Ok(if ours { JobResult::Failed } else { JobResult::Lost });
         }
         let probe = match self.admit(&job, breaker, now).await? {
-            Ok(probe) => probe,
-            Err(until) => {
+            Admitted::Send { probe } => probe,
+            Admitted::Defer { until } => {
                 // Deferral spends nothing, but never carries a delivery past a ceiling.
                 let (ours, result) = match ladder::ceiling_reached(&state, until, &self.config.ladder) {
                     Some(reason) => (self.store.fail_unsent(&id, owner, reason, now).await?, JobResult::Failed),
@@ -226,7 +226,7 @@ impl Worker {
                 return Ok(if ours { result } else { JobResult::Lost });
             }
         };
-        let (outcome, status_code, error, body, latency_ms) = self.send(&job, now).await;
+        let Sent { outcome, status_code, error, response_body, latency_ms } = self.send(&job, now).await;
         let done = self.clock.now();
         let decision = ladder::decide(&state, outcome, done, &self.config.ladder);
         let rec = AttemptRecord {
@@ -240,7 +240,7 @@ impl Worker {
                 status_code,
                 latency_ms,
                 error,
-                response_body: body,
+                response_body,
                 probe,
             },
             decision,
@@ -261,16 +261,16 @@ impl Worker {
         })
     }
 
-    /// `Ok(is_probe)` when the delivery may be sent, `Err(until)` to defer it.
-    /// `b` is the breaker as read with the job; re-read only after a lost CAS.
-    async fn admit(&self, job: &Job, mut b: merchant_breaker::MerchantBreaker, now: Timestamp) -> Result<Result<bool, Timestamp>, WorkerError> {
+    /// Whether the merchant's breaker lets this delivery go now. `b` is the
+    /// breaker as read with the job; re-read only after a lost CAS.
+    async fn admit(&self, job: &Job, mut b: merchant_breaker::MerchantBreaker, now: Timestamp) -> Result<Admitted, WorkerError> {
         loop {
             match merchant_breaker::admit(&b, &job.delivery.id, now, &self.config.breaker) {
-                MerchantAdmission::Send => return Ok(Ok(false)),
-                MerchantAdmission::Defer { until } => return Ok(Err(until)),
+                MerchantAdmission::Send => return Ok(Admitted::Send { probe: false }),
+                MerchantAdmission::Defer { until } => return Ok(Admitted::Defer { until }),
                 MerchantAdmission::Probe(next) => {
                     if self.store.cas_breaker(&next).await? {
-                        return Ok(Ok(true));
+                        return Ok(Admitted::Send { probe: true });
                     }
                     b = self.store.breaker(&job.merchant.id).await?;
                 }
@@ -295,17 +295,17 @@ impl Worker {
         }
     }
 
-    /// Sign and POST. Returns (outcome, status, error, truncated body, latency ms).
-    async fn send(&self, job: &Job, now: Timestamp) -> (AttemptOutcome, Option<u16>, Option<String>, Option<String>, i64) {
+    /// Sign and POST, and read at most `max_response_bytes` of the answer.
+    async fn send(&self, job: &Job, now: Timestamp) -> Sent {
         let m = &job.merchant;
         let started = Instant::now();
         let elapsed = |s: Instant| i64::try_from(s.elapsed().as_millis()).unwrap_or(i64::MAX);
         if let Err(e) = self.config.ssrf.check_url(&m.url) {
-            return (AttemptOutcome::Network, None, Some(format!("refused: {e}")), None, 0);
+            return Sent::unsent(AttemptOutcome::Network, format!("refused: {e}"), 0);
         }
         let headers = match signing::sign(m.scheme, &m.signing_secrets(now), job.delivery.id.as_str(), now.as_secs(), job.payload.as_bytes()) {
             Ok(h) => h,
-            Err(e) => return (AttemptOutcome::Network, None, Some(format!("signing: {e}")), None, 0),
+            Err(e) => return Sent::unsent(AttemptOutcome::Network, format!("signing: {e}"), 0),
         };
         let mut req = self.client.post(&m.url).header("content-type", "application/json").body(job.payload.clone());
         for (name, value) in headers {
@@ -315,7 +315,7 @@ impl Worker {
             Ok(r) => r,
             Err(e) => {
                 let outcome = if e.is_timeout() { AttemptOutcome::Timeout } else { AttemptOutcome::Network };
-                return (outcome, None, Some(error_chain(&e)), None, elapsed(started));
+                return Sent::unsent(outcome, error_chain(&e), elapsed(started));
             }
         };
         let code = resp.status().as_u16();
@@ -338,7 +338,36 @@ impl Worker {
             AttemptOutcome::Success => None,
             _ => Some(body_error.unwrap_or_else(|| format!("HTTP {code}"))),
         };
-        (outcome, Some(code), error, text, elapsed(started))
+        Sent { outcome, status_code: Some(code), error, response_body: text, latency_ms: elapsed(started) }
+    }
+}
+
+/// The merchant breaker's answer for one claimed delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admitted {
+    /// Send it now; `probe` when it is the half-open breaker's trial request.
+    Send { probe: bool },
+    /// Put it back until the breaker lets it go.
+    Defer { until: Timestamp },
+}
+
+/// What one signed POST came to.
+#[derive(Debug)]
+struct Sent {
+    outcome: AttemptOutcome,
+    /// The HTTP status, when an answer came back.
+    status_code: Option<u16>,
+    /// Why it did not succeed: transport error, or `HTTP <code>`.
+    error: Option<String>,
+    /// The start of the answer's body, as text.
+    response_body: Option<String>,
+    latency_ms: i64,
+}
+
+impl Sent {
+    /// No answer came back (refused, not signed, network, timeout).
+    fn unsent(outcome: AttemptOutcome, error: String, latency_ms: i64) -> Sent {
+        Sent { outcome, status_code: None, error: Some(error), response_body: None, latency_ms }
     }
 }
 

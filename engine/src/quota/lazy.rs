@@ -5,10 +5,10 @@
 //! policy. Once connected, [`super::RedisStore`]'s connection manager handles
 //! reconnects itself.
 
-use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
-use crate::lazy_connect::LazyConnection;
+use crate::lazy_connect::{ConnectRedis, LazyRedis, NotConnected};
 
 use super::decision::Usage;
 use super::redis::{RedisSettings, RedisStore};
@@ -16,42 +16,31 @@ use super::rule::Limit;
 use super::stats::{BucketKey, BucketStats, RefusalReason};
 use super::store::{DecideArgs, QuotaStore, StoreDecision, StoreError, StoreResult};
 
+#[derive(Debug)]
 pub struct LazyRedisStore {
-    settings: RedisSettings,
-    store: LazyConnection<RedisStore>,
+    store: LazyRedis<RedisStore>,
 }
 
-impl fmt::Debug for LazyRedisStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LazyRedisStore")
-            .field("prefix", &self.settings.prefix)
-            .field("connected", &self.store.is_connected())
-            .finish()
+impl ConnectRedis for RedisStore {
+    type Error = StoreError;
+    const NAME: &'static str = "quota store";
+
+    fn connect(settings: &RedisSettings) -> impl Future<Output = Result<Self, StoreError>> + Send {
+        RedisStore::connect(settings)
+    }
+
+    fn not_connected(e: NotConnected) -> StoreError {
+        StoreError::Unavailable(Box::new(e))
     }
 }
-
-#[derive(Debug, thiserror::Error)]
-#[error("not connected to Redis yet")]
-struct NotConnected;
 
 impl LazyRedisStore {
     pub fn new(settings: RedisSettings) -> Self {
-        LazyRedisStore { settings, store: LazyConnection::new() }
+        LazyRedisStore { store: LazyRedis::new(settings) }
     }
 
     async fn get(&self) -> Result<&RedisStore, StoreError> {
-        let connect = || async {
-            let store = RedisStore::connect(&self.settings).await;
-            match &store {
-                Ok(_) => tracing::info!(prefix = %self.settings.prefix, "connected to Redis"),
-                Err(e) => tracing::warn!(error = %e, "Redis not reachable yet"),
-            }
-            store
-        };
-        self.store
-            .get_or_connect(connect)
-            .await
-            .map_err(|e| e.unwrap_or_else(|| StoreError::Unavailable(Box::new(NotConnected))))
+        self.store.get().await
     }
 }
 

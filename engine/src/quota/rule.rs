@@ -422,16 +422,16 @@ pub fn presets() -> Vec<Rule> {
     for method in ["PUT", "POST"] {
         let mut r = Rule::new("vtex_pricing", Some(method), None, Limit::token_bucket(40, second, 1000))
             .with_id(&format!("vtex_pricing_{}", method.to_ascii_lowercase()));
-        r.note = "VTEX Pricing API: PUT/POST 40 req/s per account, burst credits 1000 (VTEX developer docs, "API rate limits")".into();
+        r.note = "VTEX Pricing API: PUT/POST 40 req/s per account, burst credits 1000 (VTEX developer docs: API rate limits)".into();
         rules.push(r);
     }
     let mut del = Rule::new("vtex_pricing", Some("DELETE"), None, Limit::token_bucket(16, second, 300))
         .with_id("vtex_pricing_delete");
-    del.note = "VTEX Pricing API: DELETE 16 req/s per account, burst credits 300 (VTEX developer docs, "API rate limits")".into();
+    del.note = "VTEX Pricing API: DELETE 16 req/s per account, burst credits 300 (VTEX developer docs: API rate limits)".into();
     rules.push(del);
     let mut orders = Rule::new("vtex_orders", None, None, Limit::token_bucket(10, second, 10)).with_id("vtex_orders");
     orders.min_penalty = Some(minute);
-    orders.note = "VTEX Orders API: platform limits; back off 1 min after a 429 (VTEX developer docs, "API rate limits")".into();
+    orders.note = "VTEX Orders API: platform limits; back off 1 min after a 429 (VTEX developer docs: API rate limits)".into();
     rules.push(orders);
     let mut feeds = Rule::new("wb_feeds", None, None, Limit::fixed_window(1, minute)).with_id("wb_feeds");
     feeds.note = "Wildberries seller API feeds: 1 request per minute per account (Wildberries API docs, rate limits)".into();

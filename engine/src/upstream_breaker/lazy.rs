@@ -2,56 +2,45 @@
 //! Redis is down, so an instance can start (and show its Breakers page)
 //! during a Redis outage: until the first connection succeeds every call
 //! fails as [`BreakerError::Store`]. Once connected, the connection manager
-//! of [`RedisBreakerStore`] reconnects by itself. The same idea as the quota
-//! store's `LazyRedisStore`.
+//! of [`RedisBreakerStore`] reconnects by itself. The connecting part is
+//! shared with the quota store (`crate::lazy_connect`).
 
-use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
 use super::redis::RedisBreakerStore;
 use super::{BreakerError, BreakerKey, BreakerState, BreakerStore, Loaded};
 use crate::clock::Timestamp;
-use crate::lazy_connect::LazyConnection;
+use crate::lazy_connect::{ConnectRedis, LazyRedis, NotConnected};
 use crate::redis_conn::RedisSettings;
 
+#[derive(Debug)]
 pub struct LazyRedisBreakerStore {
-    settings: RedisSettings,
-    store: LazyConnection<RedisBreakerStore>,
+    store: LazyRedis<RedisBreakerStore>,
 }
 
-impl fmt::Debug for LazyRedisBreakerStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LazyRedisBreakerStore")
-            .field("prefix", &self.settings.prefix)
-            .field("connected", &self.store.is_connected())
-            .finish()
+impl ConnectRedis for RedisBreakerStore {
+    type Error = BreakerError;
+    const NAME: &'static str = "breaker store";
+
+    fn connect(settings: &RedisSettings) -> impl Future<Output = Result<Self, BreakerError>> + Send {
+        RedisBreakerStore::connect(settings)
+    }
+
+    fn not_connected(e: NotConnected) -> BreakerError {
+        BreakerError::Store(Box::new(e))
     }
 }
-
-#[derive(Debug, thiserror::Error)]
-#[error("not connected to Redis yet")]
-struct NotConnected;
 
 impl LazyRedisBreakerStore {
     /// Nothing is connected here; the first call tries (one node or a
     /// cluster, as `settings` say).
     pub fn new(settings: RedisSettings) -> Self {
-        LazyRedisBreakerStore { settings, store: LazyConnection::new() }
+        LazyRedisBreakerStore { store: LazyRedis::new(settings) }
     }
 
     async fn get(&self) -> Result<&RedisBreakerStore, BreakerError> {
-        let connect = || async {
-            let store = RedisBreakerStore::connect(&self.settings).await;
-            match &store {
-                Ok(_) => tracing::info!(prefix = %self.settings.prefix, "breaker store connected to Redis"),
-                Err(e) => tracing::warn!(error = %e, "breaker store: Redis not reachable yet"),
-            }
-            store
-        };
-        self.store
-            .get_or_connect(connect)
-            .await
-            .map_err(|e| e.unwrap_or_else(|| BreakerError::Store(Box::new(NotConnected))))
+        self.store.get().await
     }
 }
 

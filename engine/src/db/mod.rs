@@ -26,6 +26,34 @@ use sqlx::AnyPool;
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
 
+/// Whether `err`, or any error it was caused by, says the database cannot be
+/// reached right now (connection refused or dropped, pool exhausted, the
+/// server shutting down or starting up) rather than that a query is wrong:
+/// callers answer "retry shortly" for these, never a bare internal error.
+pub fn is_unreachable(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(sqlx_err) = e.downcast_ref::<sqlx::Error>() {
+            return sqlx_unreachable(sqlx_err);
+        }
+        next = e.source();
+    }
+    false
+}
+
+fn sqlx_unreachable(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+        sqlx::Error::WorkerCrashed => true,
+        // SQLSTATE class 08 (connection exception), 57P01-57P03 (admin or
+        // crash shutdown, cannot connect now): PostgreSQL restarting.
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03")),
+        _ => false,
+    }
+}
+
 /// Which database engine a [`Db`] talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {

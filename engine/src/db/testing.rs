@@ -133,3 +133,134 @@ mod tests {
         assert_eq!(replace_database("postgres://h/db?sslmode=disable", "t1"), "postgres://h/t1?sslmode=disable");
     }
 }
+
+/// A PostgreSQL server of a test's own (`initdb` in a temporary directory, a
+/// spare loopback port, trust auth), for fault tests that stop and restart
+/// the database under load: the shared test server is never stopped. Killed
+/// (immediate shutdown) on drop.
+///
+/// Needs the server binaries (`initdb`, `pg_ctl`; Debian's
+/// `/usr/lib/postgresql/<version>/bin`). As root they run as the `postgres`
+/// user, since PostgreSQL refuses to run as root.
+pub struct OwnPostgres {
+    pub port: u16,
+    bin: std::path::PathBuf,
+    dir: tempfile::TempDir,
+    as_postgres_user: bool,
+}
+
+impl OwnPostgres {
+    /// Create the cluster and start it. Blocking (a second or two).
+    pub fn start() -> OwnPostgres {
+        let bin = postgres_bin_dir().expect("PostgreSQL server binaries (initdb, pg_ctl) are installed");
+        let dir = tempfile::tempdir().expect("temp dir for a PostgreSQL cluster");
+        let as_postgres_user = is_root();
+        if as_postgres_user {
+            run(std::process::Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()));
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        let pg = OwnPostgres { port, bin, dir, as_postgres_user };
+        run(pg
+            .command("initdb")
+            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "-D"])
+            .arg(pg.data_dir()));
+        pg.start_again();
+        pg
+    }
+
+    /// `postgres://postgres@127.0.0.1:<port>/postgres`.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Start the stopped server again on the same port; returns once it accepts connections.
+    pub fn start_again(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off",
+            self.port,
+            self.dir.path().display()
+        );
+        run(self
+            .command("pg_ctl")
+            .args(["-w", "-t", "30", "-l"])
+            .arg(self.dir.path().join("server.log"))
+            .arg("-D")
+            .arg(self.data_dir())
+            .args(["-o", &options, "start"]));
+    }
+
+    /// Stop the server (fast shutdown: open connections are ended).
+    pub fn stop(&self) {
+        run(self.command("pg_ctl").args(["-w", "-m", "fast", "-D"]).arg(self.data_dir()).arg("stop"));
+    }
+
+    fn data_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn command(&self, program: &str) -> std::process::Command {
+        let path = self.bin.join(program);
+        if self.as_postgres_user {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(path);
+            c
+        } else {
+            std::process::Command::new(path)
+        }
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        let _ = self
+            .command("pg_ctl")
+            .args(["-m", "immediate", "-D"])
+            .arg(self.data_dir())
+            .arg("stop")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+fn run(cmd: &mut std::process::Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// The newest `/usr/lib/postgresql/<version>/bin` with `initdb`, or the
+/// directory `pg_config --bindir` names.
+fn postgres_bin_dir() -> Option<std::path::PathBuf> {
+    let mut versions: Vec<(u32, std::path::PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").exists().then_some((version, bin))
+        })
+        .collect();
+    versions.sort();
+    if let Some((_, bin)) = versions.pop() {
+        return Some(bin);
+    }
+    let out = std::process::Command::new("pg_config").arg("--bindir").output().ok()?;
+    let bin = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    bin.join("initdb").exists().then_some(bin)
+}

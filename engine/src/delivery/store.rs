@@ -164,7 +164,8 @@ impl DeliveryStore {
 
     /// Claim up to `limit` due deliveries for `owner` until `now + lease`:
     /// first DELIVERING ones whose lease ran out (their worker died
-    /// mid-send), then PENDING ones whose time has come, longest-due first.
+    /// mid-send) or that `owner` itself holds (its last step failed half
+    /// way, e.g. while the database restarted), then PENDING ones whose time has come, longest-due first.
     /// Two statements rather than one with `OR`, so each walks its own
     /// partial index in order and stops at `limit` — no sort of a backlog.
     pub async fn claim(&self, owner: &str, now: Timestamp, lease: Duration, limit: u32) -> Result<Vec<DeliveryId>, StoreError> {
@@ -173,7 +174,12 @@ impl DeliveryStore {
             Backend::Sqlite => "",
         };
         let mut out = Vec::new();
-        for (due, order) in [("status = 'DELIVERING' AND lease_until <= $3", "lease_until"), ("status = 'PENDING' AND next_attempt_at <= $3", "next_attempt_at")] {
+        // A claim of this owner's own is due at once: a worker steps one batch
+        // at a time, so when it claims, nothing it claimed before is still in
+        // flight (a step that failed half way, the database gone, left them).
+        // Other instances' claims are due when their lease runs out.
+        let reclaim = "status = 'DELIVERING' AND (lease_until <= $3 OR lease_owner = $1)";
+        for (due, order) in [(reclaim, "lease_until"), ("status = 'PENDING' AND next_attempt_at <= $3", "next_attempt_at")] {
             let left = i64::from(limit) - out.len() as i64;
             if left <= 0 {
                 break;

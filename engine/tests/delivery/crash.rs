@@ -15,7 +15,30 @@ use crate::{contract, test_config, Harness};
 
 const CHILD_DB_ENV: &str = "SLUICE_TEST_CHILD_DB_URL";
 
-contract!(two_workers_on_one_database_never_send_the_same_delivery_at_once);
+contract!(
+    two_workers_on_one_database_never_send_the_same_delivery_at_once,
+    a_worker_takes_back_its_own_claims_at_once_and_others_wait_for_the_lease
+);
+
+/// A step that failed half way (the database went away between the claim
+/// and the write-back) leaves claims behind. The same worker, stepping
+/// again once the database answers, delivers them at once instead of
+/// waiting out its own lease; another instance still waits for the lease.
+async fn a_worker_takes_back_its_own_claims_at_once_and_others_wait_for_the_lease(db: TestDb) {
+    let h = Harness::new(db, Reply::Status(200)).await;
+    let id = h.event("order.created", "created").await;
+    let lease = test_config("w1").lease;
+    let claimed = h.store.claim("w1", h.clock.now(), lease, 10).await.expect("claim");
+    assert_eq!(claimed, vec![id.clone()], "w1 claims the delivery, then its step fails");
+
+    let other = Worker::new(h.store.clone(), h.clock.clone(), test_config("w2")).expect("worker");
+    assert_eq!(other.run_once().await.expect("step").claimed, 0, "w1's lease holds for other instances");
+
+    let report = h.step().await;
+    assert_eq!((report.claimed, report.delivered), (1, 1), "w1 takes its own claim back at once");
+    assert_eq!(h.receiver.received().len(), 1);
+    assert_eq!(h.delivery(&id).await.status, DeliveryStatus::Delivered);
+}
 
 /// PostgreSQL: two instances; SQLite (one node): two workers in one process.
 async fn two_workers_on_one_database_never_send_the_same_delivery_at_once(db: TestDb) {

@@ -10,6 +10,7 @@ mod auth;
 mod cli;
 mod deliveries_ui;
 mod demo;
+mod faults;
 mod helpers;
 mod limits;
 mod ops;

@@ -62,11 +62,18 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     fields: Vec<FieldError>,
+    /// Seconds, sent as `Retry-After` (503s).
+    retry_after: Option<u64>,
 }
+
+/// How long a client waits before retrying when the database or a store is
+/// unreachable: long enough not to hammer a restarting server, short enough
+/// that service resumes within seconds of it answering again.
+pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 1;
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into(), fields: Vec::new() }
+        ApiError { status, code, message: message.into(), fields: Vec::new(), retry_after: None }
     }
 
     pub fn unauthorized(message: impl Into<String>) -> ApiError {
@@ -90,7 +97,7 @@ impl ApiError {
     /// Several fields' values make no sense (422): all of them are reported at once.
     pub fn invalid_fields(code: &'static str, fields: Vec<FieldError>) -> ApiError {
         let message = fields.iter().map(|f| format!("{}: {}", f.field, f.message)).collect::<Vec<_>>().join("; ");
-        ApiError { status: StatusCode::UNPROCESSABLE_ENTITY, code, message, fields }
+        ApiError { status: StatusCode::UNPROCESSABLE_ENTITY, code, message, fields, retry_after: None }
     }
 
     pub fn not_found(message: impl Into<String>) -> ApiError {
@@ -101,12 +108,31 @@ impl ApiError {
     pub fn store_unavailable(err: &(dyn std::error::Error + 'static)) -> ApiError {
         log_cause("quota store unavailable", err);
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", "the quota store is unavailable; retry shortly")
+            .retry_after(UNAVAILABLE_RETRY_AFTER_SECS)
     }
 
     /// A fault on our side. The cause is logged here, once, and not sent.
+    /// When the cause is that the database cannot be reached (it is
+    /// restarting, or the pool is exhausted), the answer is a 503
+    /// `database_unavailable` with `Retry-After` instead: nothing was stored,
+    /// and the same request will work shortly.
     pub fn internal(context: &str, err: &(dyn std::error::Error + 'static)) -> ApiError {
         log_cause(context, err);
+        if sluice_engine::db::is_unreachable(err) {
+            return ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database_unavailable",
+                "the database is unreachable; nothing was stored, retry shortly",
+            )
+            .retry_after(UNAVAILABLE_RETRY_AFTER_SECS);
+        }
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error; it has been logged")
+    }
+
+    /// Send `Retry-After: secs` with the answer.
+    pub fn retry_after(mut self, secs: u64) -> ApiError {
+        self.retry_after = Some(secs);
+        self
     }
 
     pub fn status(&self) -> StatusCode {
@@ -135,11 +161,16 @@ fn log_cause(context: &str, err: &(dyn std::error::Error + 'static)) {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status == StatusCode::UNPROCESSABLE_ENTITY {
+        let mut response = if self.status == StatusCode::UNPROCESSABLE_ENTITY {
             let body = ValidationErrorOut { code: self.code, message: self.message, fields: self.fields };
-            return (self.status, axum::Json(body)).into_response();
+            (self.status, axum::Json(body)).into_response()
+        } else {
+            (self.status, axum::Json(ErrorOut { code: self.code, message: self.message })).into_response()
+        };
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
         }
-        (self.status, axum::Json(ErrorOut { code: self.code, message: self.message })).into_response()
+        response
     }
 }
 

@@ -62,6 +62,14 @@ fn add_common_responses(op: &mut Operation) {
     };
     if secured {
         add("401", error("Missing, malformed, unknown or revoked bearer token (`unauthorized`)"));
+        // Checking the token reads the database.
+        add(
+            "503",
+            error(
+                "The database is unreachable (`database_unavailable`) or a store is down (`store_unavailable`); \
+                 nothing was changed: retry after `Retry-After` seconds",
+            ),
+        );
     }
     if has_body {
         add("400", error("The body is not JSON (`invalid_json`)"));
@@ -137,6 +145,7 @@ mod tests {
         for (name, op) in operations(&doc) {
             let has = |status: &str| op.responses.responses.contains_key(status);
             assert!(has("401"), "{name} is secured and must document 401");
+            assert!(has("503"), "{name} reads its token from the database and must document 503");
             if op.request_body.is_some() {
                 for status in ["400", "413", "415", "422"] {
                     assert!(has(status), "{name} takes a body and must document {status}");

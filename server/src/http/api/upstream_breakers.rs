@@ -201,6 +201,7 @@ fn breaker_error(e: BreakerError) -> ApiError {
         BreakerError::Store(_) | BreakerError::Contention { .. } => {
             tracing::warn!(error = &e as &dyn std::error::Error, "upstream breaker store");
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", "the breaker store is unavailable; retry shortly")
+                .retry_after(super::error::UNAVAILABLE_RETRY_AFTER_SECS)
         }
         e @ BreakerError::Corrupt { .. } => ApiError::internal("reading an upstream breaker", &e),
     }

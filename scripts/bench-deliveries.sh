@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Deliveries end to end (docs/benchmarks.md, "Deliveries end to end"): the
+# release server as a user runs it, intake over the HTTP API by concurrent
+# producers, delivery to a loopback receiver that counts unique webhook ids
+# (server/examples/delivery_load.rs), and, in the same run, the reference:
+# `pgbench -N` on the same PostgreSQL.
+#
+# Usage: scripts/bench-deliveries.sh [events, default 10000] [producers, default 16]
+#          [cases, default "pg20 pg1000 sqlite two1 two2"]
+# Cases: pg20 / pg1000 — PostgreSQL + Redis, 20 / 1,000 merchants;
+#        sqlite — the embedded default, 20 merchants;
+#        two1 / two2 — one and two instances on one PostgreSQL, the receiver
+#        answering after 20 ms (the receiver, not the database, is the limit).
+# Targets (the delivery volume issue): pg deliveries/s >= 1.0 x pgbench -N tps,
+# intake at least the same; sqlite >= 1,000/s; two2 >= 1.6 x two1.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+
+EVENTS="${1:-10000}"
+PRODUCERS="${2:-16}"
+CASES="${3:-pg20 pg1000 sqlite two1 two2}"
+PG="${SLUICE_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+REDIS="${SLUICE_TEST_REDIS_URL:-redis://127.0.0.1:6379}"
+
+cargo build -q --release --locked -p sluice --bin sluice --example delivery_load
+BIN="$CARGO_TARGET_DIR/release"
+WORK="$(mktemp -d)"
+DBS=()
+# Server pids, one a line: instances are started from command substitutions.
+PIDFILE="$WORK/pids"
+touch "$PIDFILE"
+stop_instances() {
+  while read -r p; do kill "$p" 2>/dev/null || true; done < "$PIDFILE"
+  while read -r p; do while kill -0 "$p" 2>/dev/null; do sleep 0.1; done; done < "$PIDFILE"
+  : > "$PIDFILE"
+}
+cleanup() {
+  stop_instances
+  for d in "${DBS[@]}"; do psql "$PG" -qc "DROP DATABASE IF EXISTS $d WITH (FORCE)" >/dev/null 2>&1 || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
+
+# The reference: pgbench's simple-update transactions, 16 clients, on the
+# same server, in this run.
+PGB="sluice_bench_pgbench_$$"
+DBS+=("$PGB")
+psql "$PG" -qc "CREATE DATABASE $PGB"
+pgbench -q -i -s 10 "${PG%/*}/$PGB" > /dev/null 2>&1
+TPS="$(pgbench -N -c 16 -j 2 -T 15 "${PG%/*}/$PGB" 2>/dev/null | awk '/^tps = / { printf "%d", $3 }')"
+echo "reference: pgbench -N -c 16 -j 2 -T 15: $TPS tps"
+
+# start_instance NAME DATABASE_URL [REDIS_URL]: a `sluice serve` with the
+# delivery worker on; echoes its base URL.
+start_instance() {
+  local name="$1" db="$2" redis="${3:-}" port
+  port="$(free_port)"
+  (
+    unset DATABASE_URL REDIS_URL SLUICE_DATABASE_URL SLUICE_REDIS_URL
+    export SLUICE_DATA_DIR="$WORK/$name" SLUICE_LISTEN="127.0.0.1:$port" SLUICE_LOG=warn \
+      SLUICE_DELIVERY_ALLOW_NETWORKS="127.0.0.0/8" SLUICE_SITE_ROOT="$WORK/no-site" \
+      SLUICE_REDIS_PREFIX="bench:$$:$name"
+    [ -n "$db" ] && export DATABASE_URL="$db"
+    [ -n "$redis" ] && export REDIS_URL="$redis"
+    exec "$BIN/sluice" serve > "$WORK/$name.log" 2>&1
+  ) &
+  echo $! >> "$PIDFILE"
+  for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/healthz" > /dev/null 2>&1 && break; sleep 0.1; done
+  echo "http://127.0.0.1:$port"
+}
+
+# tokens DATABASE_URL DATA_DIR: an admin and a worker token, echoed on one line.
+tokens() {
+  local db="$1" dir="$2"
+  (
+    unset DATABASE_URL
+    export SLUICE_DATA_DIR="$dir"
+    [ -n "$db" ] && export DATABASE_URL="$db"
+    echo "$("$BIN/sluice" token add --name "bench-admin-$RANDOM" --scope admin 2>/dev/null)" \
+      "$("$BIN/sluice" token add --name "bench-worker-$RANDOM" --scope worker 2>/dev/null)"
+  )
+}
+
+for case in $CASES; do
+  merchants=20 delay=0 instances=1 db="" redis=""
+  case "$case" in
+    pg20) ;;
+    pg1000) merchants=1000 ;;
+    sqlite) ;;
+    two1) delay=20 ;;
+    two2) delay=20 instances=2 ;;
+    *) echo "unknown case $case" >&2; exit 2 ;;
+  esac
+  if [ "$case" != sqlite ]; then
+    name="sluice_bench_deliveries_$$_$case"
+    DBS+=("$name")
+    psql "$PG" -qc "CREATE DATABASE $name"
+    db="${PG%/*}/$name"
+    redis="$REDIS"
+  fi
+  mkdir -p "$WORK/$case-1"
+  (unset DATABASE_URL; export SLUICE_DATA_DIR="$WORK/$case-1"; [ -n "$db" ] && export DATABASE_URL="$db"; "$BIN/sluice" migrate > /dev/null)
+  read -r ADMIN WORKER < <(tokens "$db" "$WORK/$case-1")
+  BASE="$(start_instance "$case-1" "$db" "$redis")"
+  for i in $(seq 2 "$instances"); do start_instance "$case-$i" "$db" "$redis" > /dev/null; done
+  printf '%-7s ' "$case"
+  "$BIN/examples/delivery_load" "$BASE" "$ADMIN" "$WORKER" "$merchants" "$EVENTS" "$PRODUCERS" "$delay"
+  stop_instances
+done
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

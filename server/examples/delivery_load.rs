@@ -1,0 +1,135 @@
+//! End-to-end delivery load: the loader and the receiver of
+//! `scripts/bench-deliveries.sh` (docs/benchmarks.md, "Deliveries end to
+//! end").
+//!
+//! `delivery_load BASE_URL ADMIN_TOKEN WORKER_TOKEN MERCHANTS EVENTS PRODUCERS [DELAY_MS]`
+//!
+//! Starts a loopback receiver (answers 200 after `DELAY_MS`, default 0, and
+//! counts unique `x-webhook-id`s), creates `MERCHANTS` merchants pointing at
+//! it through the API, then `PRODUCERS` concurrent producers post `EVENTS`
+//! events (`POST /api/v1/events`, spread over the merchants) while Sluice
+//! delivers them. Waits until every event was received once, then prints
+//! one line of JSON: intake and delivery rates, duplicates (same id twice,
+//! which at-least-once allows) and any refused intake. Exits non-zero when
+//! an intake call failed or not everything arrived within ten minutes.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use serde_json::{json, Value};
+
+#[derive(Default)]
+struct Received {
+    ids: Mutex<HashSet<String>>,
+    total: AtomicU64,
+    delay: Duration,
+    last: Mutex<Option<Instant>>,
+}
+
+async fn receive(State(r): State<Arc<Received>>, headers: HeaderMap) -> StatusCode {
+    if !r.delay.is_zero() {
+        tokio::time::sleep(r.delay).await;
+    }
+    let id = headers.get("x-webhook-id").or_else(|| headers.get("webhook-id")).and_then(|v| v.to_str().ok());
+    let Some(id) = id else { return StatusCode::BAD_REQUEST };
+    r.total.fetch_add(1, Ordering::Relaxed);
+    r.ids.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_owned());
+    *r.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    StatusCode::OK
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 7 {
+        anyhow::bail!("usage: delivery_load BASE_URL ADMIN_TOKEN WORKER_TOKEN MERCHANTS EVENTS PRODUCERS [DELAY_MS]");
+    }
+    let base = args[1].trim_end_matches('/').to_owned();
+    let (admin, worker) = (args[2].clone(), args[3].clone());
+    let merchants: usize = args[4].parse()?;
+    let events: u64 = args[5].parse()?;
+    let producers: u64 = args[6].parse()?;
+    let delay = Duration::from_millis(args.get(7).map(|d| d.parse()).transpose()?.unwrap_or(0));
+
+    let received = Arc::new(Received { delay, ..Received::default() });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let app = Router::new().route("/hook/{n}", post(receive)).with_state(received.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let client = reqwest::Client::builder().pool_max_idle_per_host(producers as usize).build()?;
+    let mut merchant_ids = Vec::with_capacity(merchants);
+    for n in 0..merchants {
+        let res = client
+            .post(format!("{base}/api/v1/merchants"))
+            .bearer_auth(&admin)
+            .json(&json!({"name": format!("load {n}"), "url": format!("http://127.0.0.1:{port}/hook/{n}")}))
+            .send()
+            .await?;
+        let status = res.status();
+        let body: Value = res.json().await?;
+        anyhow::ensure!(status == StatusCode::CREATED, "creating merchant {n}: {status} {body}");
+        let id = body["merchant"]["id"].as_str().ok_or_else(|| anyhow::anyhow!("no merchant id in {body}"))?;
+        merchant_ids.push(id.to_owned());
+    }
+    let merchant_ids = Arc::new(merchant_ids);
+
+    let run = format!("{:x}", std::process::id());
+    let next = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..producers {
+        let (client, base, worker, run) = (client.clone(), base.clone(), worker.clone(), run.clone());
+        let (next, refused, merchant_ids) = (next.clone(), refused.clone(), merchant_ids.clone());
+        tasks.spawn(async move {
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= events {
+                    return;
+                }
+                let merchant = &merchant_ids[n as usize % merchant_ids.len()];
+                let event = json!({"merchant_id": merchant, "event_type": "order.created",
+                    "payload": {"order": n}, "idempotency_key": format!("load-{run}-{n}")});
+                let ok = match client.post(format!("{base}/api/v1/events")).bearer_auth(&worker).json(&event).send().await {
+                    Ok(r) => r.status() == StatusCode::CREATED,
+                    Err(_) => false,
+                };
+                if !ok {
+                    refused.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let intake_s = started.elapsed().as_secs_f64();
+    let accepted = events - refused.load(Ordering::Relaxed);
+
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let unique = || received.ids.lock().unwrap_or_else(|p| p.into_inner()).len() as u64;
+    while unique() < accepted && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let last = received.last.lock().unwrap_or_else(|p| p.into_inner()).unwrap_or(started);
+    let delivered = unique();
+    let deliver_s = last.duration_since(started).as_secs_f64();
+    let total = received.total.load(Ordering::Relaxed);
+    println!(
+        "{}",
+        json!({
+            "merchants": merchants, "events": events, "producers": producers, "receiver_delay_ms": delay.as_millis() as u64,
+            "accepted": accepted, "refused": events - accepted, "delivered_unique": delivered, "duplicates": total - delivered,
+            "intake_per_s": (accepted as f64 / intake_s).round(), "deliveries_per_s": (delivered as f64 / deliver_s).round(),
+            "intake_s": (intake_s * 10.0).round() / 10.0, "all_delivered_s": (deliver_s * 10.0).round() / 10.0,
+        })
+    );
+    anyhow::ensure!(accepted == events, "{} intake calls were refused", events - accepted);
+    anyhow::ensure!(delivered == accepted, "only {delivered} of {accepted} events arrived within ten minutes");
+    Ok(())
+}

@@ -329,7 +329,7 @@ async fn the_audit_log_pages_newest_first_without_gaps_and_filters() {
     sorted.dedup();
     assert_eq!(seen, sorted, "newest first, no duplicates");
 
-    let (_, body) = json(app.call(&support, "/ui/audit/list", &[("action", "limit")]).await).await;
+    let (_, body) = json(app.call(&support, "/ui/audit/list", &[("actor", "alice"), ("action", "limit")]).await).await;
     assert_eq!(body["rows"].as_array().expect("rows").len(), 40);
     let (_, body) = json(app.call(&support, "/ui/audit/list", &[("target", "t7")]).await).await;
     assert_eq!(body["rows"].as_array().expect("rows").len(), 1);

@@ -88,12 +88,13 @@ pub fn internal(what: &str, error: impl std::fmt::Display) -> ServerFnError {
     ServerFnError::new(format!("{what}; the server log has the details"))
 }
 
-/// Write one audit row for a server function. The action names are the HTTP
-/// API's for the same operation (`limit.update`, `breaker.reset`, …).
+/// Write one audit row for a server function whose change is not a database
+/// write of its own (user accounts). Changes to limits, merchants, breakers
+/// and deliveries are audited by their engine operation, in its transaction.
 pub async fn audit<T: serde::Serialize>(
     ctx: &AppContext,
     actor: &str,
-    action: &str,
+    action: sluice_engine::audit::AuditAction,
     target: &str,
     before: Option<&T>,
     after: Option<&T>,

@@ -42,7 +42,7 @@ async fn main() {
     let ssrf = SsrfPolicy::allowing(&["127.0.0.0/8"]).expect("allow-list");
     let clock: SharedClock = Arc::new(SystemClock);
     let input = MerchantIn { name: "bench".into(), url: format!("http://{addr}/hook"), scheme: SigningScheme::Sluice, secret: None };
-    let merchant = create_merchant(&store, input, &ssrf, &MerchantBreakerConfig::default(), clock.now()).await.expect("merchant");
+    let merchant = create_merchant(&store, input, &ssrf, &MerchantBreakerConfig::default(), sluice_engine::delivery::ops::Actor::named("test"), clock.now()).await.expect("merchant");
 
     // Intake: 16 concurrent producers.
     let started = Instant::now();

@@ -11,12 +11,95 @@ use sqlx::Row;
 use crate::clock::Timestamp;
 use crate::db::Db;
 
+/// Every action the audit log records, one home for their names. The string
+/// forms are what the `action` column holds (rows written before this enum
+/// read back unchanged); the UI and the API write the same one for the same
+/// operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AuditAction {
+    LimitCreate,
+    LimitUpdate,
+    LimitDelete,
+    MerchantCreate,
+    MerchantUpdateUrl,
+    MerchantRotateSecret,
+    /// A merchant's delivery breaker closed by hand.
+    MerchantBreakerReset,
+    /// An upstream (per account and scope) breaker closed by hand.
+    UpstreamBreakerReset,
+    DeliveryRedeliver,
+    DeliveryRetryNow,
+    DeliveryBulkRetry,
+    UserCreate,
+    UserPassword,
+    UserRole,
+    UserDelete,
+    /// An API token issued (its secret is never recorded).
+    TokenCreate,
+    TokenRevoke,
+}
+
+impl AuditAction {
+    pub const ALL: [AuditAction; 17] = [
+        AuditAction::LimitCreate,
+        AuditAction::LimitUpdate,
+        AuditAction::LimitDelete,
+        AuditAction::MerchantCreate,
+        AuditAction::MerchantUpdateUrl,
+        AuditAction::MerchantRotateSecret,
+        AuditAction::MerchantBreakerReset,
+        AuditAction::UpstreamBreakerReset,
+        AuditAction::DeliveryRedeliver,
+        AuditAction::DeliveryRetryNow,
+        AuditAction::DeliveryBulkRetry,
+        AuditAction::UserCreate,
+        AuditAction::UserPassword,
+        AuditAction::UserRole,
+        AuditAction::UserDelete,
+        AuditAction::TokenCreate,
+        AuditAction::TokenRevoke,
+    ];
+
+    /// The name stored in `audit_log.action`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AuditAction::LimitCreate => "limit.create",
+            AuditAction::LimitUpdate => "limit.update",
+            AuditAction::LimitDelete => "limit.delete",
+            AuditAction::MerchantCreate => "merchant.create",
+            AuditAction::MerchantUpdateUrl => "merchant.update_url",
+            AuditAction::MerchantRotateSecret => "merchant.rotate_secret",
+            AuditAction::MerchantBreakerReset => "breaker.reset",
+            AuditAction::UpstreamBreakerReset => "upstream_breaker.reset",
+            AuditAction::DeliveryRedeliver => "delivery.redeliver",
+            AuditAction::DeliveryRetryNow => "delivery.retry_now",
+            AuditAction::DeliveryBulkRetry => "delivery.bulk_retry",
+            AuditAction::UserCreate => "user.create",
+            AuditAction::UserPassword => "user.password",
+            AuditAction::UserRole => "user.role",
+            AuditAction::UserDelete => "user.delete",
+            AuditAction::TokenCreate => "token.create",
+            AuditAction::TokenRevoke => "token.revoke",
+        }
+    }
+
+    /// The action a stored name stands for; `None` for names no code writes.
+    pub fn parse(name: &str) -> Option<AuditAction> {
+        AuditAction::ALL.into_iter().find(|a| a.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for AuditAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One change to record.
 #[derive(Debug)]
 pub struct AuditEntry<'a, T: Serialize> {
     pub actor: &'a str,
-    /// e.g. `limit.create`.
-    pub action: &'a str,
+    pub action: AuditAction,
     /// The id of what changed.
     pub target: &'a str,
     pub before: Option<&'a T>,
@@ -34,7 +117,7 @@ pub enum AuditError {
 }
 
 /// The newest `limit` rows whose action is one of `actions`, newest first.
-pub async fn recent(db: &Db, actions: &[&str], limit: u32) -> Result<Vec<AuditRecord>, AuditError> {
+pub async fn recent(db: &Db, actions: &[AuditAction], limit: u32) -> Result<Vec<AuditRecord>, AuditError> {
     let placeholders: Vec<String> = (1..=actions.len()).map(|i| format!("${i}")).collect();
     let sql = format!(
         "SELECT id, at, actor, action, target, before_json, after_json, reason FROM audit_log \
@@ -44,13 +127,22 @@ pub async fn recent(db: &Db, actions: &[&str], limit: u32) -> Result<Vec<AuditRe
     );
     let mut q = sqlx::query(&sql);
     for a in actions {
-        q = q.bind(*a);
+        q = q.bind(a.as_str());
     }
     let rows = q.fetch_all(db.pool()).await?;
     Ok(rows.iter().map(record_from_row).collect::<Result<Vec<_>, sqlx::Error>>()?)
 }
 
+/// Write one audit row on its own. A change to the database should use
+/// [`record_in`] with the change's own transaction instead.
 pub async fn record<T: Serialize>(db: &Db, entry: AuditEntry<'_, T>, now: Timestamp) -> Result<(), AuditError> {
+    let mut conn = db.pool().acquire().await?;
+    record_in(&mut conn, entry, now).await
+}
+
+/// Write one audit row on `conn`: inside the transaction of the change it
+/// records, so the change and its row commit (or roll back) together.
+pub async fn record_in<T: Serialize>(conn: &mut sqlx::AnyConnection, entry: AuditEntry<'_, T>, now: Timestamp) -> Result<(), AuditError> {
     let before = entry.before.map(serde_json::to_string).transpose()?;
     let after = entry.after.map(serde_json::to_string).transpose()?;
     sqlx::query(
@@ -60,12 +152,12 @@ pub async fn record<T: Serialize>(db: &Db, entry: AuditEntry<'_, T>, now: Timest
     .bind(format!("aud_{}", ulid::Ulid::new().to_string().to_lowercase()))
     .bind(now.as_millis())
     .bind(entry.actor)
-    .bind(entry.action)
+    .bind(entry.action.as_str())
     .bind(entry.target)
     .bind(before)
     .bind(after)
     .bind(entry.reason)
-    .execute(db.pool())
+    .execute(&mut *conn)
     .await?;
     Ok(())
 }
@@ -257,7 +349,7 @@ mod tests {
     async fn pages_are_newest_first_keyed_on_at_and_id_and_filtered() {
         for db in TestDb::each().await {
             for n in 0..7i64 {
-                let action = if n % 2 == 0 { "limit.update" } else { "breaker.reset" };
+                let action = if n % 2 == 0 { AuditAction::LimitUpdate } else { AuditAction::MerchantBreakerReset };
                 let entry = AuditEntry::<Value> { actor: "ana", action, target: &format!("t{n}"), before: None, after: None, reason: None };
                 // Pairs share a millisecond: the id breaks the tie.
                 record(&db, entry, Timestamp::from_millis(1_000 + n / 2)).await.expect("record");
@@ -284,6 +376,24 @@ mod tests {
             let nobody = AuditFilter { actor: Some("bo".into()), ..AuditFilter::default() };
             assert!(list(&db, &nobody, None, 50).await.expect("none").records.is_empty());
         }
+    }
+
+    #[test]
+    fn every_action_keeps_its_stored_name_and_reads_back() {
+        let names: Vec<&str> = AuditAction::ALL.iter().map(|a| a.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "limit.create", "limit.update", "limit.delete", "merchant.create", "merchant.update_url",
+                "merchant.rotate_secret", "breaker.reset", "upstream_breaker.reset", "delivery.redeliver",
+                "delivery.retry_now", "delivery.bulk_retry", "user.create", "user.password", "user.role", "user.delete",
+                "token.create", "token.revoke",
+            ]
+        );
+        for a in AuditAction::ALL {
+            assert_eq!(AuditAction::parse(a.as_str()), Some(a));
+        }
+        assert_eq!(AuditAction::parse("limit"), None);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use sluice::config::{redact_url, Settings};
 use sluice::startup::{connect_and_migrate, ensure_first_admin, shutdown_signal, Application};
 use sluice::telemetry::init_tracing;
 use sluice_engine::tokens::{create_token, revoke_token, ApiScope};
-use sluice_engine::audit::{self, AuditEntry};
+use sluice_engine::audit::{self, AuditAction, AuditEntry};
 use sluice_engine::clock::{Clock, SystemClock};
 use sluice_engine::users;
 
@@ -185,7 +185,7 @@ async fn user(settings: &Settings, cmd: UserCommand) -> anyhow::Result<()> {
             let role: users::Role = role.parse()?;
             let (password, generated) = password_input(password_stdin)?;
             let user = users::create_user(&db, &username, &password, role, now).await?;
-            audit_user(&db, "user.create", &user, None, Some(&user), now).await?;
+            audit_user(&db, AuditAction::UserCreate, &user, None, Some(&user), now).await?;
             eprintln!("created {} user '{}'", user.role, user.username);
             if generated {
                 eprintln!("password (shown only once):");
@@ -195,7 +195,7 @@ async fn user(settings: &Settings, cmd: UserCommand) -> anyhow::Result<()> {
         UserCommand::Passwd { username, password_stdin } => {
             let (password, generated) = password_input(password_stdin)?;
             let user = users::set_password(&db, &username, &password).await?;
-            audit_user(&db, "user.password", &user, None, None, now).await?;
+            audit_user(&db, AuditAction::UserPassword, &user, None, None, now).await?;
             eprintln!("password of '{}' changed", user.username);
             if generated {
                 println!("{password}");
@@ -203,12 +203,12 @@ async fn user(settings: &Settings, cmd: UserCommand) -> anyhow::Result<()> {
         }
         UserCommand::Role { username, role } => {
             let (before, after) = users::set_role(&db, &username, role.parse()?).await?;
-            audit_user(&db, "user.role", &after, Some(&before), Some(&after), now).await?;
+            audit_user(&db, AuditAction::UserRole, &after, Some(&before), Some(&after), now).await?;
             eprintln!("'{}' is now {}", after.username, after.role);
         }
         UserCommand::Remove { username } => {
             let user = users::delete_user(&db, &username).await?;
-            audit_user(&db, "user.delete", &user, Some(&user), None, now).await?;
+            audit_user(&db, AuditAction::UserDelete, &user, Some(&user), None, now).await?;
             eprintln!("removed '{}'", user.username);
         }
         UserCommand::List => {
@@ -223,7 +223,7 @@ async fn user(settings: &Settings, cmd: UserCommand) -> anyhow::Result<()> {
 
 async fn audit_user(
     db: &sluice_engine::db::Db,
-    action: &str,
+    action: AuditAction,
     user: &users::User,
     before: Option<&users::User>,
     after: Option<&users::User>,

@@ -114,7 +114,7 @@ pub async fn add_user(username: String, role: Role, password: String) -> Result<
     let invalid = |field: &str, e: UserError| Created::Invalid { field: field.to_owned(), message: e.to_string() };
     match users::create_user(&ctx.db, &username, &password, server::to_engine(role), ctx.clock.now()).await {
         Ok(user) => {
-            crate::ssr::audit(&ctx, &me.username, "user.create", &user.id, None, Some(&user), None).await?;
+            crate::ssr::audit(&ctx, &me.username, sluice_engine::audit::AuditAction::UserCreate, &user.id, None, Some(&user), None).await?;
             Ok(Created::Ok { name: user.username, secret: generated.then_some(password) })
         }
         Err(e @ (UserError::Username | UserError::Duplicate(_))) => Ok(invalid("username", e)),
@@ -130,7 +130,7 @@ pub async fn set_user_role(username: String, role: Role) -> Result<(), ServerFnE
     let me = crate::ssr::auth::require(Role::Admin).await?;
     let ctx = crate::ssr::context()?;
     match users::set_role(&ctx.db, &username, server::to_engine(role)).await {
-        Ok((before, after)) => crate::ssr::audit(&ctx, &me.username, "user.role", &after.id, Some(&before), Some(&after), None).await,
+        Ok((before, after)) => crate::ssr::audit(&ctx, &me.username, sluice_engine::audit::AuditAction::UserRole, &after.id, Some(&before), Some(&after), None).await,
         Err(e @ (UserError::LastAdmin | UserError::NotFound(_))) => Err(ServerFnError::new(e.to_string())),
         Err(e) => Err(crate::ssr::internal("changing the role", e)),
     }
@@ -143,7 +143,7 @@ pub async fn remove_user(username: String) -> Result<(), ServerFnError> {
     let me = crate::ssr::auth::require(Role::Admin).await?;
     let ctx = crate::ssr::context()?;
     match users::delete_user(&ctx.db, &username).await {
-        Ok(user) => crate::ssr::audit(&ctx, &me.username, "user.delete", &user.id, Some(&user), None, None).await,
+        Ok(user) => crate::ssr::audit(&ctx, &me.username, sluice_engine::audit::AuditAction::UserDelete, &user.id, Some(&user), None, None).await,
         Err(e @ (UserError::LastAdmin | UserError::NotFound(_))) => Err(ServerFnError::new(e.to_string())),
         Err(e) => Err(crate::ssr::internal("removing the user", e)),
     }
@@ -162,7 +162,7 @@ pub async fn add_token(name: String, scope: String) -> Result<Created, ServerFnE
     match tokens::create_token(&ctx.db, &name, scope, ctx.clock.now()).await {
         Ok((token, secret)) => {
             let record = serde_json::json!({ "id": token.id, "name": token.name, "scope": token.scope.as_str() });
-            crate::ssr::audit(&ctx, &me.username, "token.create", &token.id, None, Some(&record), None).await?;
+            crate::ssr::audit(&ctx, &me.username, sluice_engine::audit::AuditAction::TokenCreate, &token.id, None, Some(&record), None).await?;
             Ok(Created::Ok { name: token.name, secret: Some(secret.expose().to_owned()) })
         }
         Err(e @ (TokenError::Name | TokenError::Duplicate(_))) => {
@@ -183,7 +183,7 @@ pub async fn revoke_token(name: String) -> Result<(), ServerFnError> {
         return Err(ServerFnError::new(format!("no live token named '{name}'")));
     }
     let record = serde_json::json!({ "name": name, "revoked": true });
-    crate::ssr::audit(&ctx, &me.username, "token.revoke", &name, None, Some(&record), None).await
+    crate::ssr::audit(&ctx, &me.username, sluice_engine::audit::AuditAction::TokenRevoke, &name, None, Some(&record), None).await
 }
 
 #[component]

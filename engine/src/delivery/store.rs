@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use sqlx::Row;
+use sqlx::{AnyConnection, Row};
 
 use super::merchant_breaker::{MerchantBreaker, Window};
 use super::ladder::Decision;
@@ -63,24 +63,23 @@ impl DeliveryStore {
         &self.db
     }
 
-    pub async fn insert_merchant(&self, m: &Merchant, breaker: &MerchantBreaker) -> Result<(), StoreError> {
-        let mut tx = self.db.pool().begin().await?;
+    /// Insert a merchant and its breaker on `conn` (the caller's transaction).
+    pub(crate) async fn insert_merchant(conn: &mut AnyConnection, m: &Merchant, breaker: &MerchantBreaker) -> Result<(), StoreError> {
         bind_merchant(sqlx::query(&format!("INSERT INTO merchants ({MERCHANT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")), m)
-            .execute(&mut *tx)
+            .execute(&mut *conn)
             .await?;
         bind_breaker(sqlx::query(&format!("INSERT INTO merchant_breakers ({BREAKER_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")), breaker)
-            .execute(&mut *tx)
+            .execute(&mut *conn)
             .await?;
-        tx.commit().await?;
         Ok(())
     }
 
-    /// Write a merchant's URL, scheme and secrets.
-    pub async fn update_merchant(&self, m: &Merchant) -> Result<(), StoreError> {
+    /// Write a merchant's URL, scheme and secrets on `conn` (the caller's transaction).
+    pub(crate) async fn update_merchant(conn: &mut AnyConnection, m: &Merchant) -> Result<(), StoreError> {
         // Same column order as MERCHANT_COLS, so one binder serves insert and update.
         let sql = "UPDATE merchants SET name = $2, url = $3, scheme = $4, secret = $5, previous_secret = $6, \
              previous_secret_expires_at = $7, created_at = $8, updated_at = $9 WHERE id = $1";
-        let done = bind_merchant(sqlx::query(sql), m).execute(self.db.pool()).await?;
+        let done = bind_merchant(sqlx::query(sql), m).execute(&mut *conn).await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::UnknownMerchant(m.id.clone()));
         }
@@ -213,9 +212,14 @@ impl DeliveryStore {
     }
 
     pub async fn delivery(&self, id: &DeliveryId) -> Result<Delivery, StoreError> {
+        Self::delivery_on(&mut *self.db.pool().acquire().await?, id).await
+    }
+
+    /// [`DeliveryStore::delivery`] on `conn` (inside the caller's transaction).
+    pub(crate) async fn delivery_on(conn: &mut AnyConnection, id: &DeliveryId) -> Result<Delivery, StoreError> {
         let row = sqlx::query(&format!("SELECT {DELIVERY_COLS} FROM deliveries WHERE id = $1"))
             .bind(id.as_str())
-            .fetch_optional(self.db.pool())
+            .fetch_optional(&mut *conn)
             .await?
             .ok_or_else(|| StoreError::UnknownDelivery(id.clone()))?;
         Ok(row::delivery(&row)?)
@@ -339,11 +343,16 @@ impl DeliveryStore {
     /// Write `next` only if the row is still at `next.version - 1`. False
     /// when another instance moved it first: re-read and decide again.
     pub async fn cas_breaker(&self, next: &MerchantBreaker) -> Result<bool, StoreError> {
+        Self::cas_breaker_on(&mut *self.db.pool().acquire().await?, next).await
+    }
+
+    /// [`DeliveryStore::cas_breaker`] on `conn` (inside the caller's transaction).
+    pub(crate) async fn cas_breaker_on(conn: &mut AnyConnection, next: &MerchantBreaker) -> Result<bool, StoreError> {
         // Same column order as BREAKER_COLS, so one binder serves insert and update.
         let sql = "UPDATE merchant_breakers SET state = $2, version = $3, pause_ms = $4, failed_probes = $5, opened_at = $6, \
              next_probe_at = $7, probe_delivery_id = $8, probe_started_at = $9, counters_since = $10, updated_at = $11 \
              WHERE merchant_id = $1 AND version = $12";
-        let done = bind_breaker(sqlx::query(sql), next).bind(next.version - 1).execute(self.db.pool()).await?;
+        let done = bind_breaker(sqlx::query(sql), next).bind(next.version - 1).execute(&mut *conn).await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -365,13 +374,18 @@ impl DeliveryStore {
 
     /// The breaker closed: every deferred delivery of the merchant is due now.
     pub async fn drain_deferred(&self, merchant: &MerchantId, now: Timestamp) -> Result<u64, StoreError> {
+        Self::drain_deferred_on(&mut *self.db.pool().acquire().await?, merchant, now).await
+    }
+
+    /// [`DeliveryStore::drain_deferred`] on `conn` (inside the caller's transaction).
+    pub(crate) async fn drain_deferred_on(conn: &mut AnyConnection, merchant: &MerchantId, now: Timestamp) -> Result<u64, StoreError> {
         let done = sqlx::query(
             "UPDATE deliveries SET next_attempt_at = $2, deferred = FALSE, updated_at = $2 \
              WHERE merchant_id = $1 AND deferred = TRUE AND status = 'PENDING'",
         )
         .bind(merchant.as_str())
         .bind(now.as_millis())
-        .execute(self.db.pool())
+        .execute(&mut *conn)
         .await?;
         Ok(done.rows_affected())
     }

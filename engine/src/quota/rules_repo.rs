@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use crate::audit::{self, AuditAction, AuditEntry, AuditError};
 use crate::clock::Timestamp;
 use crate::db::Db;
 
@@ -38,6 +39,8 @@ pub enum RulesRepoError {
     },
     #[error("database error")]
     Db(#[source] sqlx::Error),
+    #[error("writing the audit log")]
+    Audit(#[source] AuditError),
 }
 
 impl From<sqlx::Error> for RulesRepoError {
@@ -126,7 +129,7 @@ impl RulesRepo {
             .execute(&mut *tx)
             .await?;
         let change = RuleChange { before: None, after: Some(rule) };
-        record(&mut tx, &change, actor, now, "create").await?;
+        record(&mut tx, &change, actor, now, AuditAction::LimitCreate).await?;
         tx.commit().await?;
         Ok(change)
     }
@@ -144,7 +147,7 @@ impl RulesRepo {
             return Err(RulesRepoError::NotFound(rule.id));
         }
         let change = RuleChange { before: Some(before), after: Some(rule) };
-        record(&mut tx, &change, actor, now, "update").await?;
+        record(&mut tx, &change, actor, now, AuditAction::LimitUpdate).await?;
         tx.commit().await?;
         Ok(change)
     }
@@ -162,7 +165,7 @@ impl RulesRepo {
             return Err(RulesRepoError::NotFound(id.clone()));
         }
         let change = RuleChange { before: Some(before), after: None };
-        record(&mut tx, &change, actor, now, "delete").await?;
+        record(&mut tx, &change, actor, now, AuditAction::LimitDelete).await?;
         tx.commit().await?;
         Ok(change)
     }
@@ -248,7 +251,7 @@ async fn record(
     change: &RuleChange,
     actor: &str,
     now: Timestamp,
-    action: &str,
+    action: AuditAction,
 ) -> Result<(), RulesRepoError> {
     let rule_id = change.after.as_ref().or(change.before.as_ref()).map(|r| r.id.to_string()).unwrap_or_default();
     let json = |r: &Option<Rule>| r.as_ref().and_then(|r| serde_json::to_string(r).ok());
@@ -257,16 +260,28 @@ async fn record(
          VALUES ($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind(format!("rlh_{}", ulid::Ulid::new().to_string().to_lowercase()))
-    .bind(rule_id)
+    .bind(rule_id.as_str())
     .bind(now.as_millis())
     .bind(actor)
-    .bind(action)
+    .bind(history_action(action))
     .bind(json(&change.before))
     .bind(json(&change.after))
     .execute(&mut **tx)
     .await?;
     sqlx::query("UPDATE limit_rules_version SET version = version + 1 WHERE id = 1").execute(&mut **tx).await?;
+    // The audit row commits with the rule or not at all.
+    let entry = AuditEntry { actor, action, target: &rule_id, before: change.before.as_ref(), after: change.after.as_ref(), reason: None };
+    audit::record_in(tx, entry, now).await.map_err(RulesRepoError::Audit)?;
     Ok(())
+}
+
+/// The rule history's own action words (`create`, `update`, `delete`).
+fn history_action(action: AuditAction) -> &'static str {
+    match action {
+        AuditAction::LimitCreate => "create",
+        AuditAction::LimitDelete => "delete",
+        _ => "update",
+    }
 }
 
 fn rule_from_row(row: &AnyRow) -> Result<Rule, RulesRepoError> {

@@ -4,14 +4,11 @@
 //! validation and audit action cannot drift apart (as
 //! [`RuleAdmin`](crate::quota::admin::RuleAdmin) is for limit rules).
 
-use crate::audit::{self, AuditEntry, AuditError};
+use crate::audit::{self, AuditAction, AuditEntry, AuditError};
 use crate::clock::Timestamp;
 use crate::db::Db;
 
 use super::{BreakerError, BreakerKey, BreakerState, BreakerView, UpstreamBreaker};
-
-/// The audit action of a reset (the UI and the API write the same).
-pub const UPSTREAM_BREAKER_RESET: &str = "upstream_breaker.reset";
 
 /// A reason is this many characters at most (after trimming), at least one.
 pub const MAX_REASON_CHARS: usize = 500;
@@ -66,7 +63,7 @@ impl UpstreamBreakerAdmin {
         let after = BreakerView::new(key, &BreakerState::default());
         let entry = AuditEntry {
             actor,
-            action: UPSTREAM_BREAKER_RESET,
+            action: AuditAction::UpstreamBreakerReset,
             target: &key.to_string(),
             before: Some(&before),
             after: Some(&after),

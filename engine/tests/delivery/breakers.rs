@@ -109,7 +109,7 @@ async fn a_manual_reset_closes_the_breaker_and_drains_the_queue(db: sluice_engin
     let ids = five_failures(&h).await;
     h.clock.advance(Duration::from_secs(1));
     assert_eq!(h.step().await.deferred, 5);
-    let change = reset_breaker(&h.store, &h.merchant.id, &h.worker.config().breaker, h.clock.now_ts()).await.expect("reset");
+    let change = reset_breaker(&h.store, &h.merchant.id, &h.worker.config().breaker, sluice_engine::delivery::ops::Actor::named("test"), h.clock.now_ts()).await.expect("reset");
     assert_eq!((change.before.status, change.after.status), (BreakerStatus::Open, BreakerStatus::Closed));
     assert_eq!(change.after.version, change.before.version + 1);
     h.receiver.set(Reply::Status(200));

@@ -158,7 +158,7 @@ async fn timeouts_and_dropped_connections_spend_fast_attempts(db: sluice_engine:
     assert_eq!(h.detail(&id).await.attempts[0].outcome, AttemptOutcome::Timeout);
 
     let addr = start_resetting().await;
-    let change = sluice_engine::delivery::ops::update_merchant_url(&h.store, &h.merchant.id, &format!("http://{addr}/hook"), &h.worker.config().ssrf, h.clock.now_ts())
+    let change = sluice_engine::delivery::ops::update_merchant_url(&h.store, &h.merchant.id, &format!("http://{addr}/hook"), &h.worker.config().ssrf, sluice_engine::delivery::ops::Actor::named("test"), h.clock.now_ts())
         .await
         .expect("new url");
     assert_ne!(change.before.url, change.after.url);

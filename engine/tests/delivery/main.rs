@@ -68,7 +68,7 @@ impl Harness {
         let clock = Arc::new(ManualClock::at_test_epoch());
         let receiver = Receiver::start(reply).await;
         let input = MerchantIn { name: "Shop".into(), url: receiver.url(), scheme, secret: None };
-        let merchant = create_merchant(&store, input, &config.ssrf, &config.breaker, clock.now_ts()).await.expect("merchant");
+        let merchant = create_merchant(&store, input, &config.ssrf, &config.breaker, sluice_engine::delivery::ops::Actor::named("test"), clock.now_ts()).await.expect("merchant");
         let shared: SharedClock = clock.clone();
         let worker = Worker::new(store.clone(), shared, config).expect("worker");
         Harness { db, store, clock, worker, receiver, merchant }

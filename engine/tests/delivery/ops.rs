@@ -19,7 +19,52 @@ contract!(
     the_ssrf_guard_refuses_loopback_without_the_allow_list,
     the_run_loop_delivers_and_stops_when_told,
     concurrent_intake_keeps_every_event_once,
+    an_operation_and_its_audit_row_commit_together_or_not_at_all,
 );
+
+/// The audit row is written in the change's own transaction: with the audit
+/// table unwritable, a redelivery, a breaker reset and a merchant edit all
+/// fail and change nothing; once it is back, each commits with its row.
+async fn an_operation_and_its_audit_row_commit_together_or_not_at_all(db: sluice_engine::db::testing::TestDb) {
+    use sluice_engine::audit::{self, AuditAction};
+    use sluice_engine::delivery::ops::{reset_breaker, update_merchant_url, Actor};
+    let h = Harness::new(db, Reply::Status(410)).await;
+    let id = h.event("refund.rejected", "rejected").await;
+    h.step().await;
+    assert_eq!(h.delivery(&id).await.status, DeliveryStatus::Failed);
+    let pool = h.store.db().pool().clone();
+    let actions = [AuditAction::DeliveryRedeliver, AuditAction::MerchantBreakerReset, AuditAction::MerchantUpdateUrl];
+    let url_before = h.store.merchant(&h.merchant.id).await.expect("merchant").url;
+    let breaker_before = h.store.breaker(&h.merchant.id).await.expect("breaker");
+
+    sqlx::query("ALTER TABLE audit_log RENAME TO audit_log_away").execute(&pool).await.expect("hide the audit table");
+    let ssrf = h.worker.config().ssrf.clone();
+    let by = Actor::named("ops");
+    assert!(matches!(redeliver(&h.store, &id, by, h.clock.now_ts()).await, Err(OpsError::Audit(_))));
+    assert!(matches!(reset_breaker(&h.store, &h.merchant.id, &h.worker.config().breaker, by, h.clock.now_ts()).await, Err(OpsError::Audit(_))));
+    let moved = "http://127.0.0.1:9/moved";
+    assert!(matches!(update_merchant_url(&h.store, &h.merchant.id, moved, &ssrf, by, h.clock.now_ts()).await, Err(OpsError::Audit(_))));
+    assert_eq!(h.delivery(&id).await.status, DeliveryStatus::Failed, "the redelivery rolled back with its audit row");
+    assert_eq!(h.store.breaker(&h.merchant.id).await.expect("breaker").version, breaker_before.version, "the reset rolled back");
+    assert_eq!(h.store.merchant(&h.merchant.id).await.expect("merchant").url, url_before, "the URL change rolled back");
+    sqlx::query("ALTER TABLE audit_log_away RENAME TO audit_log").execute(&pool).await.expect("restore the audit table");
+    assert!(audit::recent(h.store.db(), &actions, 10).await.expect("audit").is_empty());
+
+    redeliver(&h.store, &id, by, h.clock.now_ts()).await.expect("redeliver");
+    reset_breaker(&h.store, &h.merchant.id, &h.worker.config().breaker, by, h.clock.now_ts()).await.expect("reset");
+    update_merchant_url(&h.store, &h.merchant.id, moved, &ssrf, by, h.clock.now_ts()).await.expect("url");
+    assert_eq!(h.delivery(&id).await.status, DeliveryStatus::Pending);
+    let rows = audit::recent(h.store.db(), &actions, 10).await.expect("audit");
+    let mut got: Vec<(&str, &str, &str)> = rows.iter().map(|r| (r.action.as_str(), r.actor.as_str(), r.target.as_str())).collect();
+    got.sort();
+    let mut want = vec![
+        ("breaker.reset", "ops", h.merchant.id.as_str()),
+        ("delivery.redeliver", "ops", id.as_str()),
+        ("merchant.update_url", "ops", h.merchant.id.as_str()),
+    ];
+    want.sort();
+    assert_eq!(got, want);
+}
 
 async fn the_same_idempotency_key_twice_stores_one_event_and_one_delivery(db: sluice_engine::db::testing::TestDb) {
     let h = Harness::new(db, Reply::Status(200)).await;
@@ -49,10 +94,10 @@ async fn a_redelivered_failed_delivery_keeps_its_id_and_starts_the_ladders_again
     h.step().await;
     assert_eq!(h.delivery(&id).await.status, DeliveryStatus::Failed);
     h.clock.advance(Duration::from_secs(3600));
-    let change = redeliver(&h.store, &id, h.clock.now_ts()).await.expect("redeliver");
+    let change = redeliver(&h.store, &id, sluice_engine::delivery::ops::Actor::named("test"), h.clock.now_ts()).await.expect("redeliver");
     assert_eq!((change.before.status, change.after.status), (DeliveryStatus::Failed, DeliveryStatus::Pending));
     assert_eq!((change.after.id.clone(), change.after.cycle_started_at, change.after.failed_reason), (id.clone(), h.clock.now_ts(), None));
-    assert!(matches!(redeliver(&h.store, &id, h.clock.now_ts()).await, Err(OpsError::WrongStatus { status: DeliveryStatus::Pending, .. })));
+    assert!(matches!(redeliver(&h.store, &id, sluice_engine::delivery::ops::Actor::named("test"), h.clock.now_ts()).await, Err(OpsError::WrongStatus { status: DeliveryStatus::Pending, .. })));
     h.receiver.set(Reply::Status(200));
     assert_eq!(h.step().await.delivered, 1);
     let got = h.receiver.received();
@@ -76,16 +121,16 @@ async fn retry_now_and_bulk_retry_change_each_matching_row_once(db: sluice_engin
     h.step().await;
     let d = h.delivery(&pending).await;
     assert!(d.next_attempt_at > h.clock.now_ts());
-    let change = retry_now(&h.store, &pending, h.clock.now_ts()).await.expect("retry now");
+    let change = retry_now(&h.store, &pending, sluice_engine::delivery::ops::Actor::named("test"), h.clock.now_ts()).await.expect("retry now");
     assert_eq!(change.after.next_attempt_at, h.clock.now_ts());
     assert_eq!(change.after.fast_attempts, 1, "retry now spends nothing");
-    assert!(matches!(retry_now(&h.store, &failed[0], h.clock.now_ts()).await, Err(OpsError::WrongStatus { .. })));
+    assert!(matches!(retry_now(&h.store, &failed[0], sluice_engine::delivery::ops::Actor::named("test"), h.clock.now_ts()).await, Err(OpsError::WrongStatus { .. })));
 
     let filter = DeliveryFilter { status: Some(DeliveryStatus::Failed), ..DeliveryFilter::default() };
     assert_eq!(h.store.count_deliveries(&filter).await.expect("count"), 3);
-    let capped = bulk_retry(&h.store, &filter, 2, h.clock.now_ts()).await.expect("bulk");
+    let capped = bulk_retry(&h.store, &filter, 2, sluice_engine::delivery::ops::Actor::named("test"), h.clock.now_ts()).await.expect("bulk");
     assert_eq!(capped.count(), 2);
-    let rest = bulk_retry(&h.store, &filter, 100, h.clock.now_ts()).await.expect("bulk");
+    let rest = bulk_retry(&h.store, &filter, 100, sluice_engine::delivery::ops::Actor::named("test"), h.clock.now_ts()).await.expect("bulk");
     assert_eq!(rest.redelivered.len(), 1, "each row once");
     let all = h.store.list_deliveries(&DeliveryFilter::default(), None, 100).await.expect("list");
     assert_eq!(all.items.len(), 4, "no row copied or lost");
@@ -134,7 +179,7 @@ async fn the_delivery_list_filters_and_pages_by_keyset_without_gaps_or_repeats(d
 
 async fn during_a_secret_rotation_both_signatures_are_sent(db: sluice_engine::db::testing::TestDb) {
     let h = Harness::with(db, Reply::Status(200), test_config("w1"), SigningScheme::StandardWebhooks).await;
-    let change = rotate_secret(&h.store, &h.merchant.id, None, Duration::from_secs(86_400), h.clock.now_ts()).await.expect("rotate");
+    let change = rotate_secret(&h.store, &h.merchant.id, None, Duration::from_secs(86_400), sluice_engine::delivery::ops::Actor::named("test"), h.clock.now_ts()).await.expect("rotate");
     let (old, new) = (change.before.secret.clone(), change.after.secret.clone());
     h.event("payment.status_changed", "paid").await;
     h.step().await;
@@ -164,7 +209,7 @@ async fn the_ssrf_guard_refuses_loopback_without_the_allow_list(db: sluice_engin
     assert!(d.attempts[0].error.as_deref().is_some_and(|e| e.contains("not public")), "{:?}", d.attempts[0].error);
     // A hostname that resolves to loopback is refused after resolution.
     let by_name = format!("http://localhost:{}/hook", h.receiver.addr.port());
-    ops::update_merchant_url(&h.store, &h.merchant.id, &by_name, &strict.ssrf, h.clock.now_ts()).await.expect("hostnames pass the save-time check");
+    ops::update_merchant_url(&h.store, &h.merchant.id, &by_name, &strict.ssrf, sluice_engine::delivery::ops::Actor::named("test"), h.clock.now_ts()).await.expect("hostnames pass the save-time check");
     h.clock.advance(Duration::from_secs(1));
     worker.run_once().await.expect("step");
     let d = h.store.delivery_detail(&literal, &strict.ladder).await.expect("detail");
@@ -172,7 +217,7 @@ async fn the_ssrf_guard_refuses_loopback_without_the_allow_list(db: sluice_engin
     assert!(d.attempts[1].error.as_deref().is_some_and(|e| e.contains("not public")), "{:?}", d.attempts[1].error);
     assert!(h.receiver.received().is_empty(), "nothing reached the loopback receiver");
     assert!(matches!(
-        ops::update_merchant_url(&h.store, &h.merchant.id, "http://169.254.169.254/", &strict.ssrf, h.clock.now_ts()).await,
+        ops::update_merchant_url(&h.store, &h.merchant.id, "http://169.254.169.254/", &strict.ssrf, sluice_engine::delivery::ops::Actor::named("test"), h.clock.now_ts()).await,
         Err(OpsError::Url(_))
     ));
 }

@@ -61,7 +61,7 @@ async fn a_batched_bulk_retry_touches_every_matching_row_once(db: sluice_engine:
     let mut after = None;
     let mut batches = 0;
     loop {
-        let batch = bulk_retry_after(&h.store, &filter, after.as_ref(), 3, h.clock.now_ts()).await.expect("batch");
+        let batch = bulk_retry_after(&h.store, &filter, after.as_ref(), 3, sluice_engine::delivery::ops::Actor::named("test"), h.clock.now_ts()).await.expect("batch");
         batches += 1;
         assert!(batch.done.retried.is_empty(), "nothing PENDING matched before this run");
         seen.extend(batch.done.redelivered.iter().cloned());

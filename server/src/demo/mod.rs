@@ -27,7 +27,7 @@ pub mod upstream;
 use std::time::Duration;
 
 use anyhow::Context;
-use sluice_engine::audit::{self, AuditEntry};
+use sluice_engine::audit::{self, AuditAction, AuditEntry};
 use sluice_engine::clock::Timestamp;
 use sluice_engine::db::Db;
 use sluice_engine::users::{self, Role, UserError};
@@ -77,11 +77,11 @@ pub fn demo_upstream() -> upstream::UpstreamConfig {
 pub async fn ensure_demo_login(db: &Db, now: Timestamp) -> anyhow::Result<String> {
     let password = users::generate_password();
     let (action, user) = match users::create_user(db, DEMO_USER, &password, Role::Admin, now).await {
-        Ok(user) => ("user.create", user),
+        Ok(user) => (AuditAction::UserCreate, user),
         Err(UserError::Duplicate(_)) => {
             users::set_password(db, DEMO_USER, &password).await.context("resetting the demo password")?;
             let (_, user) = users::set_role(db, DEMO_USER, Role::Admin).await.context("making the demo user an admin")?;
-            ("user.password", user)
+            (AuditAction::UserPassword, user)
         }
         Err(e) => return Err(e).context("creating the demo user"),
     };

@@ -59,6 +59,7 @@ pub async fn ensure_demo_merchants(state: &AppState, mocks: &MockMerchants) -> a
                     &m.merchant.id,
                     &url,
                     &ssrf,
+                    sluice_engine::delivery::ops::Actor::named(ACTOR),
                     state.clock.now(),
                 )
                 .await
@@ -68,7 +69,7 @@ pub async fn ensure_demo_merchants(state: &AppState, mocks: &MockMerchants) -> a
             continue;
         }
         let input = MerchantIn { name: name.to_owned(), url, scheme: SigningScheme::Sluice, secret: None };
-        let merchant = create_merchant(&state.deliveries, input, &ssrf, &Default::default(), state.clock.now())
+        let merchant = create_merchant(&state.deliveries, input, &ssrf, &Default::default(), sluice_engine::delivery::ops::Actor::named(ACTOR), state.clock.now())
             .await
             .with_context(|| format!("creating demo merchant {name}"))?;
         ids.push(merchant.id);

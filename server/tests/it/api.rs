@@ -279,7 +279,7 @@ async fn rate_limit_headers_with_nothing_remaining_block_the_bucket() {
 pub(crate) async fn merchant(api: &Api) -> String {
     let input = MerchantIn { name: "Shop".into(), url: "https://merchant.example/hook".into(), scheme: SigningScheme::Sluice, secret: None };
     let store = DeliveryStore::new(api.app.db.db());
-    let m = create_merchant(&store, input, &SsrfPolicy::strict(), &MerchantBreakerConfig::default(), NOW).await.expect("merchant");
+    let m = create_merchant(&store, input, &SsrfPolicy::strict(), &MerchantBreakerConfig::default(), sluice_engine::delivery::ops::Actor::named("test"), NOW).await.expect("merchant");
     m.id.as_str().to_owned()
 }
 

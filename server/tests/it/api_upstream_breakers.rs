@@ -156,7 +156,7 @@ async fn a_reset_needs_an_admin_token_and_a_reason_and_is_audited(mode: Mode) {
     assert_eq!(out["decision"], "closed", "{out}");
     assert_eq!(api.post("/api/v1/permits", pricing_permit("acct9")).await.0, StatusCode::OK);
 
-    let rows = audit::recent(&api.app.db.db(), &["upstream_breaker.reset"], 10).await.expect("audit");
+    let rows = audit::recent(&api.app.db.db(), &[sluice_engine::audit::AuditAction::UpstreamBreakerReset], 10).await.expect("audit");
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!((rows[0].actor.as_str(), rows[0].target.as_str()), ("admin-1", "acct9/vtex_pricing"));
     assert_eq!(rows[0].reason.as_deref(), Some("upstream is back"));

@@ -302,7 +302,7 @@ async fn the_audit_log_pages_newest_first_without_gaps_and_filters() {
     let db = app.db.db();
     // 120 entries; several share a millisecond, which the (at, id) keyset handles.
     for n in 0..120i64 {
-        let action = if n % 3 == 0 { "limit.update" } else { "breaker.reset" };
+        let action = if n % 3 == 0 { sluice_engine::audit::AuditAction::LimitUpdate } else { sluice_engine::audit::AuditAction::MerchantBreakerReset };
         let target = format!("t{n}");
         let entry = AuditEntry::<Value> { actor: "alice", action, target: &target, before: None, after: None, reason: Some("test") };
         audit::record(&db, entry, Timestamp::from_millis(1_700_000_000_000 + n / 4)).await.expect("record");
@@ -329,7 +329,7 @@ async fn the_audit_log_pages_newest_first_without_gaps_and_filters() {
     sorted.dedup();
     assert_eq!(seen, sorted, "newest first, no duplicates");
 
-    let (_, body) = json(app.call(&support, "/ui/audit/list", &[("action", "limit")]).await).await;
+    let (_, body) = json(app.call(&support, "/ui/audit/list", &[("actor", "alice"), ("action", "limit")]).await).await;
     assert_eq!(body["rows"].as_array().expect("rows").len(), 40);
     let (_, body) = json(app.call(&support, "/ui/audit/list", &[("target", "t7")]).await).await;
     assert_eq!(body["rows"].as_array().expect("rows").len(), 1);

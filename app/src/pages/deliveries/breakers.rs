@@ -56,12 +56,6 @@ pub struct BreakersView {
     pub recent_resets: Vec<ResetView>,
 }
 
-/// Audit actions of the two resets (the HTTP API uses the same names).
-#[cfg(feature = "ssr")]
-pub const MERCHANT_RESET: &str = "breaker.reset";
-#[cfg(feature = "ssr")]
-pub const UPSTREAM_RESET: &str = sluice_engine::upstream_breaker::admin::UPSTREAM_BREAKER_RESET;
-
 #[server(prefix = "/ui", endpoint = "breakers/list")]
 pub async fn list_breakers() -> Result<BreakersView, ServerFnError> {
     use resets::recent_resets;
@@ -114,11 +108,13 @@ mod resets {
     use leptos::prelude::ServerFnError;
     use sluice_engine::audit;
 
-    use super::{ResetView, MERCHANT_RESET, UPSTREAM_RESET};
+    use sluice_engine::audit::AuditAction;
+
+    use super::ResetView;
     use crate::ssr::{internal, AppContext};
 
     pub async fn recent_resets(ctx: &AppContext) -> Result<Vec<ResetView>, ServerFnError> {
-        let rows = audit::recent(&ctx.db, &[MERCHANT_RESET, UPSTREAM_RESET], 10).await.map_err(|e| internal("reading the audit log", e))?;
+        let rows = audit::recent(&ctx.db, &[AuditAction::MerchantBreakerReset, AuditAction::UpstreamBreakerReset], 10).await.map_err(|e| internal("reading the audit log", e))?;
         Ok(rows
             .into_iter()
             .map(|r| ResetView { at: r.at_ms, actor: r.actor, action: r.action, target: r.target, reason: r.reason.unwrap_or_default() })
@@ -151,8 +147,8 @@ pub async fn reset_merchant_breaker(merchant_id: String, reason: String) -> Resu
         ServerFnError::new("no merchant with this id")
     };
     let id = MerchantId::parse(&merchant_id).map_err(|_| not_found())?;
-    match ops::reset_breaker(&ctx.deliveries, &id, &ctx.delivery_breaker, ctx.clock.now()).await {
-        Ok(c) => super::server::audit(&ctx, &me.username, MERCHANT_RESET, id.as_str(), Some(&c.before), Some(&c.after), Some(reason)).await,
+    match ops::reset_breaker(&ctx.deliveries, &id, &ctx.delivery_breaker, ops::Actor::with_reason(&me.username, reason), ctx.clock.now()).await {
+        Ok(_) => Ok(()),
         Err(OpsError::Store(StoreError::UnknownMerchant(_))) => Err(not_found()),
         Err(e) => Err(crate::ssr::internal("resetting the breaker", e)),
     }

@@ -154,7 +154,7 @@ fn payload_preview(raw: &str) -> (String, bool) {
 pub async fn redeliver(id: String) -> Result<(), ServerFnError> {
     let me = crate::ssr::auth::require(Role::Support).await?;
     let ctx = crate::ssr::context()?;
-    delivery_op(&ctx, &me.username, &id, "delivery.redeliver").await
+    delivery_op(&ctx, &me.username, &id, sluice_engine::delivery::ops::DeliveryOp::Redeliver).await
 }
 
 /// Make a PENDING delivery due now. Support and admin.
@@ -162,12 +162,12 @@ pub async fn redeliver(id: String) -> Result<(), ServerFnError> {
 pub async fn retry_now(id: String) -> Result<(), ServerFnError> {
     let me = crate::ssr::auth::require(Role::Support).await?;
     let ctx = crate::ssr::context()?;
-    delivery_op(&ctx, &me.username, &id, "delivery.retry_now").await
+    delivery_op(&ctx, &me.username, &id, sluice_engine::delivery::ops::DeliveryOp::RetryNow).await
 }
 
 #[cfg(feature = "ssr")]
-async fn delivery_op(ctx: &crate::ssr::AppContext, actor: &str, id: &str, action: &str) -> Result<(), ServerFnError> {
-    use super::server::{audit, set_status};
+async fn delivery_op(ctx: &crate::ssr::AppContext, actor: &str, id: &str, op: sluice_engine::delivery::ops::DeliveryOp) -> Result<(), ServerFnError> {
+    use super::server::set_status;
     use sluice_engine::delivery::model::DeliveryId;
     use sluice_engine::delivery::ops::{self, OpsError};
     use sluice_engine::delivery::StoreError;
@@ -177,16 +177,11 @@ async fn delivery_op(ctx: &crate::ssr::AppContext, actor: &str, id: &str, action
     };
     let id = DeliveryId::parse(id).map_err(|_| not_found())?;
     let now = ctx.clock.now();
-    let result = if action == "delivery.redeliver" {
-        ops::redeliver(&ctx.deliveries, &id, now).await
-    } else {
-        ops::retry_now(&ctx.deliveries, &id, now).await
-    };
-    match result {
-        Ok(change) => audit(ctx, actor, action, id.as_str(), Some(&change.before), Some(&change.after), None).await,
+    match ops::one_delivery(&ctx.deliveries, &id, op, ops::Actor::named(actor), now).await {
+        Ok(_) => Ok(()),
         Err(OpsError::WrongStatus { status, needed, .. }) => {
             set_status(http::StatusCode::CONFLICT);
-            Err(ServerFnError::new(format!("this delivery is {status}; only a {needed} one can be {}", if action == "delivery.redeliver" { "redelivered" } else { "retried now" })))
+            Err(ServerFnError::new(format!("this delivery is {status}; only a {needed} one can be {}", op.done())))
         }
         Err(OpsError::Store(StoreError::UnknownDelivery(_))) => Err(not_found()),
         Err(e) => Err(crate::ssr::internal("changing the delivery", e)),

@@ -173,7 +173,7 @@ pub async fn bulk_retry_count(#[server(default)] filter: DeliveryQuery) -> Resul
 /// PENDING ones made due now, newest first from `after`. Audited per batch.
 #[server(prefix = "/ui", endpoint = "deliveries/bulk_retry")]
 pub async fn bulk_retry(#[server(default)] filter: DeliveryQuery, after: Option<String>) -> Result<BulkBatch, ServerFnError> {
-    use super::server::{audit, cursor_text, parse_cursor};
+    use super::server::{cursor_text, parse_cursor};
     use sluice_engine::delivery::ops;
     let me = crate::ssr::auth::require(Role::Support).await?;
     let ctx = crate::ssr::context()?;
@@ -186,29 +186,16 @@ pub async fn bulk_retry(#[server(default)] filter: DeliveryQuery, after: Option<
         })?),
     };
     let now = ctx.clock.now();
-    let batch = ops::bulk_retry_after(&ctx.deliveries, &parsed, after.as_ref(), BULK_BATCH, now)
+    let batch = ops::bulk_retry_after(&ctx.deliveries, &parsed, after.as_ref(), BULK_BATCH, ops::Actor::named(&me.username), now)
         .await
         .map_err(|e| crate::ssr::internal("retrying deliveries", e))?;
     let done = &batch.done;
-    if done.count() > 0 {
-        let record = BulkAudit { filter: &filter, redelivered: &done.redelivered, retried: &done.retried };
-        audit(&ctx, &me.username, "delivery.bulk_retry", &filter.href(None), None, Some(&record), None).await?;
-    }
     Ok(BulkBatch {
         redelivered: done.redelivered.len() as u64,
         retried: done.retried.len() as u64,
         examined: batch.examined,
         next: batch.next.as_ref().map(cursor_text),
     })
-}
-
-/// The audit record of one bulk-retry batch: the filter and the ids changed.
-#[cfg(feature = "ssr")]
-#[derive(Serialize)]
-struct BulkAudit<'a> {
-    filter: &'a DeliveryQuery,
-    redelivered: &'a [sluice_engine::delivery::model::DeliveryId],
-    retried: &'a [sluice_engine::delivery::model::DeliveryId],
 }
 
 /// Where a bulk retry stands in the browser.

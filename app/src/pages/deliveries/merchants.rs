@@ -111,9 +111,8 @@ pub async fn create_merchant(name: String, url: String, scheme: String, secret: 
         return Ok(MerchantResult::Invalid(vec![FieldError::new("scheme", "choose sluice or standard_webhooks")]));
     };
     let input = MerchantIn { name, url: url.trim().to_owned(), scheme, secret: secret.filter(|s| !s.is_empty()) };
-    match ops::create_merchant(&ctx.deliveries, input, &ctx.ssrf, &ctx.delivery_breaker, ctx.clock.now()).await {
+    match ops::create_merchant(&ctx.deliveries, input, &ctx.ssrf, &ctx.delivery_breaker, ops::Actor::named(&me.username), ctx.clock.now()).await {
         Ok(m) => {
-            super::server::audit(&ctx, &me.username, "merchant.create", m.id.as_str(), None, Some(&m), None).await?;
             Ok(MerchantResult::Ok { id: m.id.as_str().to_owned(), name: m.name.clone(), secret: Some(m.secret.clone()) })
         }
         Err(e) => refused(e),
@@ -130,9 +129,8 @@ pub async fn update_merchant_url(id: String, url: String) -> Result<MerchantResu
         Ok(id) => id,
         Err(invalid) => return Ok(invalid),
     };
-    match ops::update_merchant_url(&ctx.deliveries, &id, url.trim(), &ctx.ssrf, ctx.clock.now()).await {
+    match ops::update_merchant_url(&ctx.deliveries, &id, url.trim(), &ctx.ssrf, ops::Actor::named(&me.username), ctx.clock.now()).await {
         Ok(c) => {
-            super::server::audit(&ctx, &me.username, "merchant.update_url", id.as_str(), Some(&c.before), Some(&c.after), None).await?;
             Ok(MerchantResult::Ok { id: id.as_str().to_owned(), name: c.after.name, secret: None })
         }
         Err(e) => refused(e),
@@ -161,9 +159,8 @@ pub async fn rotate_secret(id: String, overlap_hours: Option<String>) -> Result<
         },
     };
     let overlap = std::time::Duration::from_secs(hours * 3600);
-    match ops::rotate_secret(&ctx.deliveries, &id, None, overlap, ctx.clock.now()).await {
+    match ops::rotate_secret(&ctx.deliveries, &id, None, overlap, ops::Actor::named(&me.username), ctx.clock.now()).await {
         Ok(c) => {
-            super::server::audit(&ctx, &me.username, "merchant.rotate_secret", id.as_str(), Some(&c.before), Some(&c.after), None).await?;
             Ok(MerchantResult::Ok { id: id.as_str().to_owned(), name: c.after.name.clone(), secret: Some(c.after.secret.clone()) })
         }
         Err(e) => refused(e),

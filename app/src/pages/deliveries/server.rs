@@ -7,7 +7,7 @@ use sluice_engine::delivery::model::{Cursor, DeliveryFilter, DeliveryId, Merchan
 use super::DeliveryQuery;
 use crate::model::FieldError;
 
-pub use crate::ssr::{audit, set_status};
+pub use crate::ssr::set_status;
 
 /// Parse the filter; every refused field is reported, not only the first.
 pub fn parse_filter(q: &DeliveryQuery) -> Result<DeliveryFilter, Vec<FieldError>> {

@@ -37,7 +37,7 @@ pub fn row(rule: &Rule) -> RuleRow {
 }
 
 pub fn admin(ctx: &AppContext) -> RuleAdmin {
-    RuleAdmin::new(ctx.db.clone(), ctx.rules.clone(), ctx.limiter.clone())
+    RuleAdmin::new(ctx.rules.clone(), ctx.limiter.clone())
 }
 
 

@@ -102,7 +102,7 @@ fn admin_error(e: RuleAdminError) -> ApiError {
 }
 
 fn rule_admin(state: &AppState) -> RuleAdmin {
-    RuleAdmin::new(state.db.clone(), state.rules.clone(), state.limiter.clone())
+    RuleAdmin::new(state.rules.clone(), state.limiter.clone())
 }
 
 #[utoipa::path(get, path = "/api/v1/limits", tag = "limits", security(("bearer" = [])),

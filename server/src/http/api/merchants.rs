@@ -7,10 +7,9 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-use sluice_engine::audit::{record, AuditEntry};
 use sluice_engine::delivery::merchant_breaker::MerchantBreaker;
 use sluice_engine::delivery::model::{Merchant, MerchantId, MerchantIn as EngineMerchantIn, SigningScheme};
-use sluice_engine::delivery::ops::{self, OpsError};
+use sluice_engine::delivery::ops::{self, Actor, OpsError};
 use sluice_engine::delivery::StoreError;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -108,11 +107,6 @@ fn merchant_id(id: &str) -> Result<MerchantId, ApiError> {
     MerchantId::parse(id).map_err(|_| ApiError::not_found(format!("no merchant with id '{}'", id.chars().take(80).collect::<String>())))
 }
 
-async fn audit<T: Serialize>(state: &AppState, caller: &Caller, action: &str, target: &str, before: Option<&T>, after: Option<&T>) -> Result<(), ApiError> {
-    let entry = AuditEntry { actor: &caller.0.name, action, target, before, after, reason: None };
-    record(&state.db, entry, state.clock.now()).await.map_err(|e| ApiError::internal("writing the audit log", &e))
-}
-
 #[utoipa::path(get, path = "/api/v1/merchants", tag = "webhooks", security(("bearer" = [])),
     responses((status = 200, description = "Every merchant with its breaker (secrets never shown)", body = MerchantsOut)))]
 pub async fn list_merchants(State(state): State<AppState>, caller: Caller) -> Result<Json<MerchantsOut>, ApiError> {
@@ -144,10 +138,9 @@ pub async fn create_merchant(
         .map_err(|_| ApiError::invalid_field("invalid_input", "scheme", "must be sluice or standard_webhooks"))?;
     let (_, breaker_cfg) = crate::startup::delivery_timing(&state.settings);
     let engine_in = EngineMerchantIn { name: input.name, url: input.url, scheme, secret: input.secret };
-    let merchant = ops::create_merchant(&state.deliveries, engine_in, &state.app_context.ssrf, &breaker_cfg, state.clock.now())
+    let merchant = ops::create_merchant(&state.deliveries, engine_in, &state.app_context.ssrf, &breaker_cfg, Actor::named(&caller.0.name), state.clock.now())
         .await
         .map_err(ops_error)?;
-    audit(&state, &caller, "merchant.create", merchant.id.as_str(), None, Some(&merchant)).await?;
     let secret = merchant.secret.clone();
     Ok((StatusCode::CREATED, Json(MerchantSecretOut { merchant, secret })))
 }
@@ -165,10 +158,9 @@ pub async fn update_merchant(
     Json(input): Json<MerchantPatch>,
 ) -> Result<Json<Merchant>, ApiError> {
     let id = merchant_id(&id)?;
-    let change = ops::update_merchant_url(&state.deliveries, &id, &input.url, &state.app_context.ssrf, state.clock.now())
+    let change = ops::update_merchant_url(&state.deliveries, &id, &input.url, &state.app_context.ssrf, Actor::named(&caller.0.name), state.clock.now())
         .await
         .map_err(ops_error)?;
-    audit(&state, &caller, "merchant.update_url", id.as_str(), Some(&change.before), Some(&change.after)).await?;
     Ok(Json(change.after))
 }
 
@@ -190,8 +182,9 @@ pub async fn rotate_merchant_secret(
         return Err(ApiError::invalid_field("invalid_input", "overlap_hours", format!("must be at most {MAX_OVERLAP_HOURS}")));
     }
     let overlap = Duration::from_secs(hours * 3600);
-    let change = ops::rotate_secret(&state.deliveries, &id, input.secret, overlap, state.clock.now()).await.map_err(ops_error)?;
-    audit(&state, &caller, "merchant.rotate_secret", id.as_str(), Some(&change.before), Some(&change.after)).await?;
+    let change = ops::rotate_secret(&state.deliveries, &id, input.secret, overlap, Actor::named(&caller.0.name), state.clock.now())
+        .await
+        .map_err(ops_error)?;
     let secret = change.after.secret.clone();
     Ok(Json(MerchantSecretOut { merchant: change.after, secret }))
 }
@@ -204,7 +197,8 @@ pub async fn rotate_merchant_secret(
 pub async fn reset_breaker(State(state): State<AppState>, AdminCaller(caller): AdminCaller, Path(id): Path<String>) -> Result<Json<BreakerOut>, ApiError> {
     let id = merchant_id(&id)?;
     let (_, breaker_cfg) = crate::startup::delivery_timing(&state.settings);
-    let change = ops::reset_breaker(&state.deliveries, &id, &breaker_cfg, state.clock.now()).await.map_err(ops_error)?;
-    audit(&state, &caller, "breaker.reset", id.as_str(), Some(&change.before), Some(&change.after)).await?;
+    let change = ops::reset_breaker(&state.deliveries, &id, &breaker_cfg, Actor::named(&caller.0.name), state.clock.now())
+        .await
+        .map_err(ops_error)?;
     Ok(Json(BreakerOut { breaker: change.after }))
 }

@@ -73,10 +73,9 @@ build_site() {
   ensure_wasm_bindgen
   ensure_node_modules
   log "building the wasm client"
-  # erase_components: Leptos type-erases every view, so each component is
-  # compiled once instead of once per call site; the wasm is much smaller.
-  # The server build keeps the typed views (the HTML is the same).
-  CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="--cfg erase_components" \
+  # Not `--cfg erase_components` (a quarter off the wasm): with it on the
+  # client alone, hydration panics in tachys (the server's typed views
+  # render other markers); both halves would need it.
   "${WASM_CARGO_ENV[@]}" cargo build -q -p sluice-app --lib --target wasm32-unknown-unknown \
     --no-default-features --features hydrate --profile wasm-release "${WASM_CARGO_ARGS[@]}"
   local wasm="$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/sluice_app.wasm"

@@ -17,7 +17,7 @@ if [ "${SLUICE_E2E_SKIP_SITE:-}" != 1 ]; then
   build_site
   cargo build -p sluice --locked
 fi
-[ -d "$ROOT/end2end/node_modules" ] || (cd "$ROOT/end2end" && npm ci --no-audit --no-fund)
+ensure_node_modules
 ensure_chromium
 
 log "browser tests"

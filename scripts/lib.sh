@@ -59,8 +59,9 @@ ensure_wasm_bindgen() {
 
 ensure_node_modules() {
   command -v npm >/dev/null 2>&1 || apt_install nodejs npm
-  if [ ! -x "$ROOT/end2end/node_modules/.bin/wasm-opt" ] || [ ! -d "$ROOT/end2end/node_modules/@playwright/test" ]; then
-    log "installing npm packages (playwright test runner, binaryen)"
+  if [ ! -x "$ROOT/end2end/node_modules/.bin/wasm-opt" ] || [ ! -d "$ROOT/end2end/node_modules/@playwright/test" ] \
+    || [ ! -d "$ROOT/end2end/node_modules/@axe-core/playwright" ]; then
+    log "installing npm packages (playwright test runner, axe-core, binaryen)"
     (cd "$ROOT/end2end" && npm ci --no-audit --no-fund >&2)
   fi
 }
@@ -72,6 +73,9 @@ build_site() {
   ensure_wasm_bindgen
   ensure_node_modules
   log "building the wasm client"
+  # Not `--cfg erase_components` (a quarter off the wasm): with it on the
+  # client alone, hydration panics in tachys (the server's typed views
+  # render other markers); both halves would need it.
   "${WASM_CARGO_ENV[@]}" cargo build -q -p sluice-app --lib --target wasm32-unknown-unknown \
     --no-default-features --features hydrate --profile wasm-release "${WASM_CARGO_ARGS[@]}"
   local wasm="$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/sluice_app.wasm"
@@ -82,7 +86,36 @@ build_site() {
     -o "$SITE_DIR/pkg/sluice_bg.wasm" "$SITE_DIR/pkg/sluice_bg.wasm"
   cp "$ROOT/style/sluice.css" "$SITE_DIR/pkg/sluice.css"
   cp -r "$ROOT/public/." "$SITE_DIR/"
-  log "site built in $SITE_DIR ($(du -h "$SITE_DIR/pkg/sluice_bg.wasm" | cut -f1) wasm)"
+  name_site_files_by_content
+  precompress_site
+  log "site built in $SITE_DIR ($(du -h "$SITE_DIR"/pkg/sluice.*.wasm | cut -f1) wasm)"
+}
+
+# Rename the client's files to carry a hash of their content
+# (pkg/sluice.<hash>.js, .wasm, .css) and list the hashes in hash.txt, which
+# the server reads to name them in every page. A changed file gets a new
+# name, so the server may tell browsers to keep these files for a year.
+name_site_files_by_content() {
+  local pkg="$SITE_DIR/pkg" js wasm css
+  js=$(sha256sum "$pkg/sluice.js" | cut -c1-16)
+  wasm=$(sha256sum "$pkg/sluice_bg.wasm" | cut -c1-16)
+  css=$(sha256sum "$pkg/sluice.css" | cut -c1-16)
+  mv "$pkg/sluice.js" "$pkg/sluice.$js.js"
+  mv "$pkg/sluice_bg.wasm" "$pkg/sluice.$wasm.wasm"
+  mv "$pkg/sluice.css" "$pkg/sluice.$css.css"
+  printf 'js: %s\nwasm: %s\ncss: %s\n' "$js" "$wasm" "$css" >"$SITE_DIR/hash.txt"
+}
+
+# Brotli and gzip siblings (x.br, x.gz) of every text and wasm file, made
+# once here at the highest levels; the server sends the one the browser
+# accepts instead of compressing on every request.
+precompress_site() {
+  command -v brotli >/dev/null 2>&1 || apt_install brotli
+  find "$SITE_DIR" -type f \( -name '*.wasm' -o -name '*.js' -o -name '*.css' -o -name '*.svg' \) -print0 |
+    while IFS= read -r -d '' f; do
+      gzip -9 -n -k -f "$f"
+      brotli -q 11 -k -f "$f"
+    done
 }
 
 ensure_postgres() {

@@ -1,7 +1,7 @@
 //! The HTML document, the router and the page frame.
 
 use leptos::prelude::*;
-use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
+use leptos_meta::{provide_meta_context, MetaTags, Title};
 use leptos_router::components::{Route, Router, Routes, A};
 use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
@@ -13,6 +13,7 @@ use crate::pages::{
 
 /// The whole document, rendered by the server around [`App`].
 pub fn shell(options: LeptosOptions) -> impl IntoView {
+    let stylesheet = stylesheet_href(&options);
     view! {
         <!DOCTYPE html>
         <html lang="en">
@@ -20,6 +21,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <link rel="icon" href="/favicon.svg" type="image/svg+xml"/>
+                <link rel="stylesheet" id="sluice" href=stylesheet/>
                 <HydrationScripts options/>
                 <MetaTags/>
             </head>
@@ -27,6 +29,24 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <App/>
             </body>
         </html>
+    }
+}
+
+/// The hash the site build put in a file's name (`js`, `wasm` or `css`), from
+/// the lines `kind: hash` of its `hash.txt`.
+pub fn asset_hash<'a>(hashes: &'a str, kind: &str) -> Option<&'a str> {
+    hashes.lines().filter_map(|line| line.split_once(':')).find(|(k, _)| k.trim() == kind).map(|(_, h)| h.trim())
+}
+
+/// `/pkg/sluice.<hash>.css` when the site's files are named by content (the
+/// build's `hash.txt` is next to them), else `/pkg/sluice.css`. Read per
+/// page, as Leptos reads the same file for the script names: a rebuilt site
+/// is picked up without a restart.
+fn stylesheet_href(options: &LeptosOptions) -> String {
+    let hashes = if options.hash_files { std::fs::read_to_string(options.hash_file.as_ref()).ok() } else { None };
+    match hashes.as_deref().and_then(|h| asset_hash(h, "css")) {
+        Some(hash) => format!("/{}/{}.{hash}.css", options.site_pkg_dir, options.output_name),
+        None => format!("/{}/{}.css", options.site_pkg_dir, options.output_name),
     }
 }
 
@@ -58,7 +78,6 @@ pub fn App() -> impl IntoView {
     Effect::new(move |_| hydrated.set(true));
 
     view! {
-        <Stylesheet id="sluice" href="/pkg/sluice.css"/>
         <Title formatter=|page: String| format!("{page} · Sluice")/>
         <Router>
             <Frame hydrated/>

@@ -40,7 +40,7 @@ test('support resets an open breaker and sees it closed and audited', async ({ b
 // upstream breaker of that account and scope opens, shows its failures and
 // next probe, and support resets it with a reason.
 test('support resets an open upstream breaker fed over the API', async ({ browser }) => {
-  const account = unique('seller');
+  const account = unique('seller').replace(/\s+/g, '-');
   const scope = 'vtex_pricing';
   const page = await browser.newPage();
   await signIn(page, 'support', '/breakers');

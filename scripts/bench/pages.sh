@@ -26,7 +26,7 @@ DB_URL="${PG%/*}/${DB}"
 PREFIX="sluice_bench_pages_$$"
 if [ "$PROFILE" = release ]; then cargo build -q -p sluice --release --locked; else cargo build -q -p sluice --locked; fi
 BIN="$CARGO_TARGET_DIR/$([ "$PROFILE" = release ] && echo release || echo debug)/sluice"
-[ -f "$SITE_DIR/pkg/sluice.css" ] || build_site
+[ -f "$SITE_DIR/hash.txt" ] || build_site
 PORT="$(free_port)"
 BASE="http://127.0.0.1:${PORT}"
 JAR="$(mktemp)"

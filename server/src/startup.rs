@@ -116,11 +116,18 @@ impl Application {
             .await
             .with_context(|| format!("binding {}", settings.listen))?;
         let address = listener.local_addr().context("reading the bound address")?;
+        // The site build names the client's files by content and lists the
+        // hashes in hash.txt; without that file (no site built) the plain
+        // names stand. Leptos joins the hash file's path to the binary's
+        // directory, so it must be absolute.
+        let hash_file = std::path::absolute(settings.site_root.join("hash.txt")).context("resolving the site root")?;
         let leptos_options = LeptosOptions::builder()
             .output_name("sluice")
             .site_root(settings.site_root.to_string_lossy().into_owned())
             .site_pkg_dir("pkg")
             .site_addr(address)
+            .hash_files(hash_file.is_file())
+            .hash_file(std::sync::Arc::<str>::from(hash_file.to_string_lossy()))
             .build();
         let rules = RulesRepo::new(db.clone());
         let deliveries = DeliveryStore::new(db.clone());

@@ -145,6 +145,7 @@ pub fn AuditPage() -> impl IntoView {
                 Err(e) => view! { <p class="error">{error_text(&e)}</p> }.into_any(),
                 Ok(view) if view.rows.is_empty() => view! { <p class="muted">"No entries."</p> }.into_any(),
                 Ok(view) => view! {
+                    <div class="table-scroll">
                     <table data-testid="audit" class="audit">
                         <thead><tr><th>"When"</th><th>"Who"</th><th>"Action"</th><th>"Target"</th><th>"Before → after"</th><th>"Reason"</th></tr></thead>
                         <tbody>
@@ -160,6 +161,7 @@ pub fn AuditPage() -> impl IntoView {
                             }).collect_view()}
                         </tbody>
                     </table>
+                    </div>
                     {view.next.map(|c| view! { <p class="pager"><A href=older(c) attr:data-testid="older">"Older entries →"</A></p> })}
                 }.into_any(),
             })}

@@ -244,6 +244,7 @@ pub fn UsersPage() -> impl IntoView {
                 Ok(a) => view! {
                     <section>
                         <h2>"Users"</h2>
+                        <div class="table-scroll">
                         <table data-testid="users">
                             <thead><tr><th>"Username"</th><th>"Role"</th><th>"Created"</th><th>"Last sign-in"</th><th></th></tr></thead>
                             <tbody>
@@ -277,9 +278,11 @@ pub fn UsersPage() -> impl IntoView {
                                 }).collect_view()}
                             </tbody>
                         </table>
+                        </div>
                     </section>
                     <section>
                         <h2>"API tokens"</h2>
+                        <div class="table-scroll">
                         <table data-testid="tokens">
                             <thead><tr><th>"Name"</th><th>"Scope"</th><th>"Created"</th><th>"Last used"</th><th>"State"</th><th></th></tr></thead>
                             <tbody>
@@ -308,6 +311,7 @@ pub fn UsersPage() -> impl IntoView {
                                 }).collect_view()}
                             </tbody>
                         </table>
+                        </div>
                     </section>
                 }.into_any(),
             })}

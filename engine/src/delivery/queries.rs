@@ -192,6 +192,38 @@ impl DeliveryStore {
         Ok(StatusCounts { pending: n[0], delivering: n[1], failed: n[2] })
     }
 
+    /// Attempts after `since`, counted by outcome per `bucket` of time:
+    /// (bucket start in Unix ms, outcome, count), oldest first.
+    pub async fn attempt_outcomes_since(
+        &self,
+        since: Timestamp,
+        bucket: std::time::Duration,
+    ) -> Result<Vec<(i64, AttemptOutcome, u64)>, StoreError> {
+        let bucket_ms = i64::try_from(bucket.as_millis()).unwrap_or(i64::MAX).max(1);
+        let rows = sqlx::query(
+            "SELECT CAST((at / $2) * $2 AS BIGINT) AS slot, outcome, CAST(COUNT(*) AS BIGINT) AS n \
+             FROM attempts WHERE at > $1 GROUP BY slot, outcome ORDER BY slot",
+        )
+        .bind(since.as_millis())
+        .bind(bucket_ms)
+        .fetch_all(self.db().pool())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let outcome: String = row.try_get("outcome")?;
+                Ok((row.try_get("slot")?, outcome.parse::<AttemptOutcome>()?, u64::try_from(row.try_get::<i64, _>("n")?).unwrap_or(0)))
+            })
+            .collect()
+    }
+
+    /// When the oldest PENDING delivery was created (`None`: nothing pending).
+    pub async fn oldest_pending_created_at(&self) -> Result<Option<Timestamp>, StoreError> {
+        let at: Option<i64> = sqlx::query_scalar("SELECT MIN(created_at) FROM deliveries WHERE status = 'PENDING'")
+            .fetch_one(self.db().pool())
+            .await?;
+        Ok(at.map(Timestamp::from_millis))
+    }
+
     /// How many deliveries match `filter` (for bulk-retry confirmation).
     pub async fn count_deliveries(&self, filter: &DeliveryFilter) -> Result<u64, StoreError> {
         let mut sql = Sql::new("SELECT CAST(COUNT(*) AS BIGINT) AS n FROM deliveries");

@@ -112,6 +112,26 @@ impl HistoryPoint {
     }
 }
 
+/// Activity of all buckets in one sampling slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotTotals {
+    /// Start of the slot, Unix ms.
+    pub at_ms: i64,
+    pub span_ms: i64,
+    pub grants: u64,
+    pub penalties: u64,
+    pub refusals: u64,
+}
+
+/// Permits one (account, rule) bucket was granted over a period.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BucketGrants {
+    pub account: String,
+    pub rule: RuleId,
+    pub scope: String,
+    pub grants: u64,
+}
+
 /// Activity of all buckets over a period (the Overview's last hour).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HistoryTotals {
@@ -497,6 +517,51 @@ impl QuotaHistory {
             }
         }
         Ok(t)
+    }
+
+    /// Every completed slot after `since` with the activity of all buckets
+    /// in it, oldest first (the Overview's charts).
+    pub async fn slot_totals_since(&self, since: Timestamp) -> Result<Vec<SlotTotals>, HistoryError> {
+        let rows = sqlx::query(
+            "SELECT at, span_ms, grants, penalties, refusals FROM quota_history_slots \
+             WHERE at > $1 AND wait_hist <> '' ORDER BY at",
+        )
+        .bind(since.as_millis())
+        .fetch_all(self.db.pool())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(SlotTotals {
+                    at_ms: row.try_get("at")?,
+                    span_ms: row.try_get("span_ms")?,
+                    grants: to_u64(row.try_get("grants")?),
+                    penalties: to_u64(row.try_get("penalties")?),
+                    refusals: to_u64(row.try_get("refusals")?),
+                })
+            })
+            .collect()
+    }
+
+    /// Permits granted per (account, rule) in the slots after `since` (the
+    /// Overview's busiest accounts), in no particular order.
+    pub async fn grants_by_bucket_since(&self, since: Timestamp) -> Result<Vec<BucketGrants>, HistoryError> {
+        let rows = sqlx::query(
+            "SELECT account, rule_id, MIN(scope) AS scope, CAST(SUM(grants) AS BIGINT) AS grants \
+             FROM quota_history WHERE at > $1 GROUP BY account, rule_id",
+        )
+        .bind(since.as_millis())
+        .fetch_all(self.db.pool())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(BucketGrants {
+                    account: row.try_get("account")?,
+                    rule: RuleId(row.try_get("rule_id")?),
+                    scope: row.try_get("scope")?,
+                    grants: to_u64(row.try_get("grants")?),
+                })
+            })
+            .collect()
     }
 
     /// Sample every `config.every` until `shutdown` resolves (the server's

@@ -20,6 +20,7 @@ contract!(
     the_run_loop_delivers_and_stops_when_told,
     concurrent_intake_keeps_every_event_once,
     an_operation_and_its_audit_row_commit_together_or_not_at_all,
+    the_overview_counts_attempts_by_outcome_per_period_and_ages_the_oldest_pending_delivery,
 );
 
 /// The audit row is written in the change's own transaction: with the audit
@@ -64,6 +65,32 @@ async fn an_operation_and_its_audit_row_commit_together_or_not_at_all(db: sluice
     ];
     want.sort();
     assert_eq!(got, want);
+}
+
+async fn the_overview_counts_attempts_by_outcome_per_period_and_ages_the_oldest_pending_delivery(
+    db: sluice_engine::db::testing::TestDb,
+) {
+    let h = Harness::new(db, Reply::Status(503)).await;
+    let t0 = h.clock.now_ts();
+    assert_eq!(h.store.oldest_pending_created_at().await.expect("oldest"), None);
+    let id = h.event("payment.status_changed", "paid").await;
+    h.step().await;
+    assert_eq!(h.delivery(&id).await.status, DeliveryStatus::Pending);
+    assert_eq!(h.store.oldest_pending_created_at().await.expect("oldest"), Some(t0));
+    h.clock.advance(Duration::from_secs(120));
+    h.receiver.set(Reply::Status(200));
+    assert_eq!(h.step().await.delivered, 1);
+    assert_eq!(h.store.oldest_pending_created_at().await.expect("oldest"), None);
+
+    let minute = |t: sluice_engine::clock::Timestamp| t.as_millis().div_euclid(60_000) * 60_000;
+    let counts = h.store.attempt_outcomes_since(t0 - Duration::from_secs(1), Duration::from_secs(60)).await.expect("counts");
+    assert_eq!(
+        counts,
+        vec![(minute(t0), AttemptOutcome::ServerError, 1), (minute(h.clock.now_ts()), AttemptOutcome::Success, 1)]
+    );
+    // Only attempts after `since` count.
+    let later = h.store.attempt_outcomes_since(t0 + Duration::from_secs(60), Duration::from_secs(60)).await.expect("later");
+    assert_eq!(later, vec![(minute(h.clock.now_ts()), AttemptOutcome::Success, 1)]);
 }
 
 async fn the_same_idempotency_key_twice_stores_one_event_and_one_delivery(db: sluice_engine::db::testing::TestDb) {

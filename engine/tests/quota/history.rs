@@ -81,6 +81,31 @@ mod quota_history {
     }
 
     #[tokio::test]
+    async fn the_overview_reads_totals_per_slot_and_permits_per_bucket() {
+        let s = setup().await;
+        s.permit("acct0").await;
+        s.clock.advance(MIN);
+        s.sample().await;
+        let since = s.clock.now();
+        for _ in 0..3 {
+            s.permit("acct1").await;
+        }
+        s.permit("acct2").await;
+        s.clock.advance(MIN);
+        s.sample().await;
+        let slots = s.history.slot_totals_since(since - MIN).await.expect("slots");
+        let last = slots.last().expect("a slot");
+        assert_eq!((last.at_ms, last.grants, last.refusals, last.penalties), (s.history.slot_of(s.clock.now()), 4, 0, 0));
+        assert_eq!(slots.iter().map(|t| t.grants).sum::<u64>(), 4, "the baseline pass counts no permits");
+        let mut by_bucket = s.history.grants_by_bucket_since(since - MIN).await.expect("by bucket");
+        by_bucket.sort_by(|a, b| a.account.cmp(&b.account));
+        let got: Vec<(&str, &str, &str, u64)> =
+            by_bucket.iter().map(|g| (g.account.as_str(), g.rule.0.as_str(), g.scope.as_str(), g.grants)).collect();
+        assert_eq!(got, vec![("acct1", "r", "pricing", 3), ("acct2", "r", "pricing", 1)]);
+        assert!(s.history.slot_totals_since(s.clock.now()).await.expect("none").is_empty());
+    }
+
+    #[tokio::test]
     async fn latest_counters_of_idle_buckets_are_dropped_an_hour_after_their_statistics() {
         let s = setup().await;
         for i in 0..20 {

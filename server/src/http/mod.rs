@@ -1,6 +1,7 @@
 //! HTTP routes. One router function per resource, merged in [`router`].
 
 pub mod api;
+pub mod assets;
 pub mod guard;
 pub mod ops;
 pub mod stream;
@@ -21,6 +22,7 @@ pub fn router(state: AppState) -> Router {
         .merge(ops::router())
         .merge(api::router())
         .merge(stream::router())
+        .merge(assets::router(&state.settings.site_root))
         .leptos_routes_with_context(
             &state,
             routes,

@@ -46,7 +46,7 @@ async fn intake_answers_503_with_retry_after_while_postgres_is_down_and_recovers
     let (_, token) = create_token(&db, "worker-1", ApiScope::Worker, NOW).await.expect("worker token");
     let token = token.expose().to_owned();
     let input = MerchantIn { name: "Shop".into(), url: "https://merchant.example/hook".into(), scheme: SigningScheme::Sluice, secret: None };
-    let merchant = create_merchant(&DeliveryStore::new(db.clone()), input, &SsrfPolicy::strict(), &MerchantBreakerConfig::default(), NOW)
+    let merchant = create_merchant(&DeliveryStore::new(db.clone()), input, &SsrfPolicy::strict(), &MerchantBreakerConfig::default(), sluice_engine::delivery::ops::Actor::named("test"), NOW)
         .await
         .expect("merchant")
         .id

@@ -3,6 +3,7 @@
 
 mod accounts;
 mod api;
+mod assets;
 mod api_contract;
 mod api_upstream_breakers;
 mod api_webhooks;

@@ -220,6 +220,7 @@ pub fn BreakersPage() -> impl IntoView {
                 Ok(v) => view! {
                     <section>
                         <h2>"Merchant delivery breakers"</h2>
+                        <div class="table-scroll">
                         <table data-testid="merchant-breakers">
                             <thead><tr><th>"Merchant"</th><th>"State"</th><th>"Failures (5 min)"</th><th>"Pause"</th><th>"Failed probes"</th><th>"Opened"</th><th>"Next probe"</th><th></th></tr></thead>
                             <tbody>
@@ -249,6 +250,7 @@ pub fn BreakersPage() -> impl IntoView {
                                 }).collect_view()}
                             </tbody>
                         </table>
+                        </div>
                     </section>
                     <section>
                         <h2>"Upstream breakers (account × API scope)"</h2>
@@ -256,6 +258,7 @@ pub fn BreakersPage() -> impl IntoView {
                             Err(why) => view! { <p class="notice warn" data-testid="upstream-unavailable">{why}</p> }.into_any(),
                             Ok(list) if list.is_empty() => view! { <p class="muted">"No upstream breaker has recorded anything yet."</p> }.into_any(),
                             Ok(list) => view! {
+                                <div class="table-scroll">
                                 <table data-testid="upstream-breakers">
                                     <thead><tr><th>"Account"</th><th>"Scope"</th><th>"State"</th><th>"Failures in a row"</th><th>"Next probe"</th><th>"Good probes"</th><th>"Opened"</th><th>"Trips"</th><th></th></tr></thead>
                                     <tbody>
@@ -289,11 +292,13 @@ pub fn BreakersPage() -> impl IntoView {
                                         }).collect_view()}
                                     </tbody>
                                 </table>
+                                </div>
                             }.into_any(),
                         }}
                     </section>
                     <section>
                         <h2>"Recent resets"</h2>
+                        <div class="table-scroll">
                         <table data-testid="recent-resets">
                             <thead><tr><th>"When"</th><th>"Who"</th><th>"What"</th><th>"Reason"</th></tr></thead>
                             <tbody>
@@ -307,6 +312,7 @@ pub fn BreakersPage() -> impl IntoView {
                                 }).collect_view()}
                             </tbody>
                         </table>
+                        </div>
                     </section>
                 }.into_any(),
             })}

@@ -9,6 +9,7 @@ use leptos_router::hooks::use_params_map;
 use serde::{Deserialize, Serialize};
 
 use super::state_class;
+use crate::components::CopyId;
 use crate::format;
 use crate::auth::{error_text, use_role, Role};
 
@@ -232,13 +233,13 @@ fn DeliveryDetail(d: DeliveryView, redeliver: ServerAction<Redeliver>, retry: Se
             <div class="card" data-testid="delivery-summary">
                 <h2>"Status"</h2>
                 <p class="big"><span class=state_class(&d.status) data-testid="delivery-status">{d.status.clone()}</span></p>
-                <p class="mono">{d.id.clone()}</p>
+                <p><CopyId id=d.id.clone() testid="delivery-id"/></p>
                 {d.failed_reason.clone().map(|r| view! { <p class="error">"Failed: " {r}</p> })}
             </div>
             <div class="card">
                 <h2>"Event"</h2>
                 <p>{d.event_type.clone()} " " {if d.is_money { "(money)" } else { "(non-money)" }}</p>
-                <p class="muted mono">{d.event_id.clone()}</p>
+                <p><CopyId id=d.event_id.clone() testid="event-id"/></p>
                 <p>"Merchant: " <a href=merchant_href>{if d.merchant.is_empty() { d.merchant_id.clone() } else { d.merchant.clone() }}</a></p>
             </div>
             <div class="card">
@@ -282,6 +283,7 @@ fn DeliveryDetail(d: DeliveryView, redeliver: ServerAction<Redeliver>, retry: Se
         })}
         <section>
             <h2>"Ladder timeline"</h2>
+            <div class="table-scroll">
             <table data-testid="timeline">
                 <thead><tr><th>"When"</th><th>"What"</th><th>"Ladder"</th><th>"HTTP"</th><th>"Latency"</th><th>"Error"</th></tr></thead>
                 <tbody>
@@ -309,6 +311,7 @@ fn DeliveryDetail(d: DeliveryView, redeliver: ServerAction<Redeliver>, retry: Se
                     })}
                 </tbody>
             </table>
+            </div>
             <p class="muted">"Planned times are the earliest; an open merchant breaker defers them without spending attempts."</p>
         </section>
         <section>

@@ -300,6 +300,7 @@ fn DeliveryTable(list: DeliveryList, filter: DeliveryQuery) -> impl IntoView {
     let next = list.next.clone().map(|c| filter.href(Some(("after", &c))));
     let empty = list.rows.is_empty();
     view! {
+        <div class="table-scroll">
         <table data-testid="deliveries">
             <thead><tr>
                 <th>"Delivery"</th><th>"Merchant"</th><th>"Event type"</th><th>"Status"</th>
@@ -325,6 +326,7 @@ fn DeliveryTable(list: DeliveryList, filter: DeliveryQuery) -> impl IntoView {
                 }).collect_view()}
             </tbody>
         </table>
+        </div>
         {empty.then(|| view! { <p class="muted" data-testid="no-deliveries">"No deliveries match this filter."</p> })}
         <nav class="pager" aria-label="Pages">
             {match prev {

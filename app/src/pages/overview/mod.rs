@@ -49,6 +49,57 @@ pub async fn get_attention() -> Result<Attention, ServerFnError> {
     server::attention(&ctx).await
 }
 
+/// A breaker that is not closed: a merchant's delivery breaker or an
+/// upstream (account, scope) breaker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpenBreaker {
+    /// "merchant" or "upstream".
+    pub kind: String,
+    /// The merchant's name, or "account · scope".
+    pub name: String,
+    /// Where to look at what it holds back.
+    pub href: String,
+    /// `open` or `half_open`.
+    pub state: String,
+    /// Since the breaker opened, ms.
+    pub open_for_ms: Option<i64>,
+}
+
+/// An account's use of one rule's limit over the last minutes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BusyAccount {
+    pub account: String,
+    pub rule: String,
+    pub scope: String,
+    /// Permits per minute as a share of the rule's limit, %.
+    pub percent: f64,
+}
+
+/// The Overview's dashboard over the chosen period.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Dashboard {
+    pub hours: u32,
+    /// Sampling slots of the quota history in the period (0: none yet).
+    pub history_slots: u64,
+    /// Permits granted and refused and 429 penalties per minute (SVG).
+    pub permits_svg: String,
+    /// Delivery attempts by outcome per minute (SVG).
+    pub deliveries_svg: String,
+    pub open_breakers: Vec<OpenBreaker>,
+    /// The upstream breaker store (Redis) did not answer.
+    pub upstream_unreadable: bool,
+    pub busiest: Vec<BusyAccount>,
+    /// Age of the oldest PENDING delivery, ms.
+    pub oldest_pending_ms: Option<i64>,
+}
+
+#[server(prefix = "/ui", endpoint = "overview/dashboard")]
+pub async fn get_dashboard(hours: Option<u32>) -> Result<Dashboard, ServerFnError> {
+    crate::ssr::auth::require(crate::auth::Role::Viewer).await?;
+    let ctx = crate::ssr::context()?;
+    server::dashboard(&ctx, crate::pages::quotas::chart_hours(hours)).await
+}
+
 #[component]
 pub fn OverviewPage() -> impl IntoView {
     // Seconds since the last refresh; ticks only in the browser, so a number
@@ -71,6 +122,11 @@ pub fn OverviewPage() -> impl IntoView {
     });
     let health = Resource::new(move || generation.get(), |_| get_health());
     let attention = Resource::new(move || generation.get(), |_| get_attention());
+    let query = leptos_router::hooks::use_query_map();
+    let hours = Memo::new(move |_| {
+        crate::pages::quotas::chart_hours(query.with(|q| q.get("hours").and_then(|h| h.parse().ok())))
+    });
+    let dashboard = Resource::new(move || (hours.get(), generation.get()), |(h, _)| get_dashboard(Some(h)));
 
     view! {
         <Title text="Overview"/>
@@ -94,6 +150,109 @@ pub fn OverviewPage() -> impl IntoView {
                 })
             }}
         </Transition>
+        <Transition fallback=|| ()>
+            {move || {
+                dashboard.get().map(|d| match d {
+                    Ok(d) => view! { <DashboardPanel dashboard=d/> }.into_any(),
+                    Err(e) => view! { <p class="error">"Could not read the dashboard: " {e.to_string()}</p> }.into_any(),
+                })
+            }}
+        </Transition>
+    }
+}
+
+/// Charts over the period (1, 6 or 24 h), then what is wrong right now.
+#[component]
+fn DashboardPanel(dashboard: Dashboard) -> impl IntoView {
+    let d = dashboard;
+    let range = [1u32, 6, 24]
+        .into_iter()
+        .map(|h| {
+            let href = if h == 1 { "/".to_owned() } else { format!("/?hours={h}") };
+            let current = h == d.hours;
+            view! {
+                <a href=href class=if current { "current" } else { "" } aria-current=current.then_some("page")>{format!("{h} h")}</a>
+            }
+        })
+        .collect_view();
+    let breakers = if d.open_breakers.is_empty() {
+        view! { <p class="muted">"None open."</p> }.into_any()
+    } else {
+        view! {
+            <ul class="plain">
+                {d.open_breakers.into_iter().map(|b| {
+                    let class = if b.state == "open" { "pill bad" } else { "pill warn" };
+                    view! {
+                        <li data-testid="dashboard-breaker" data-kind=b.kind.clone()>
+                            <span class="muted small">{b.kind.clone()} " "</span>
+                            <a href=b.href.clone()>{b.name.clone()}</a> " "
+                            <span class=class>{b.state.replace('_', " ")}</span> " "
+                            <span class="muted">{b.open_for_ms.map(|ms| format!("for {}", crate::format::duration(ms)))}</span>
+                        </li>
+                    }
+                }).collect_view()}
+            </ul>
+        }
+        .into_any()
+    };
+    let upstream_unreadable = d.upstream_unreadable;
+    let busiest = if d.busiest.is_empty() {
+        view! { <p class="muted">"No permits in the last 5 minutes of history."</p> }.into_any()
+    } else {
+        view! {
+            <ul class="plain">
+                {d.busiest.into_iter().map(|b| {
+                    let class = match b.percent {
+                        p if p >= 90.0 => "bad",
+                        p if p >= 70.0 => "warn",
+                        _ => "",
+                    };
+                    view! {
+                        <li data-testid="busy-account">
+                            <a href=format!("/quotas/{}", crate::format::percent_encode(&b.account))>{b.account.clone()}</a>
+                            " " <code class="muted">{b.rule.clone()}</code>
+                            <span class=format!("share {class}")>{format!("{:.0} % of limit", b.percent)}</span>
+                            <meter min="0" max="100" low="70" high="90" optimum="0" value=b.percent.min(100.0)
+                                aria-label=format!("{} at {:.0} % of its limit", b.account, b.percent)></meter>
+                        </li>
+                    }
+                }).collect_view()}
+            </ul>
+        }
+        .into_any()
+    };
+    let oldest = d.oldest_pending_ms.map_or_else(|| "none pending".to_owned(), crate::format::duration);
+    view! {
+        <section class="dashboard" data-testid="dashboard">
+            <nav class="range" aria-label="Chart period">"Period: " {range}</nav>
+            <Show when=move || d.history_slots == 0>
+                <p class="muted">"No quota history sampled in this period yet; the permits chart fills in as the sampler runs."</p>
+            </Show>
+            <div class="chart-row">
+                <figure class="chart" data-testid="permits-chart" inner_html=d.permits_svg></figure>
+                <figure class="chart" data-testid="deliveries-chart" inner_html=d.deliveries_svg></figure>
+            </div>
+            <div class="cards">
+                <div class="card" data-testid="dashboard-breakers">
+                    <h2>"Open breakers"</h2>
+                    {breakers}
+                    {upstream_unreadable.then(|| view! {
+                        <p class="error small">"Upstream breakers unknown: their store (Redis) did not answer."</p>
+                    })}
+                    <a class="small" href="/breakers">"All breakers →"</a>
+                </div>
+                <div class="card" data-testid="busiest">
+                    <h2>"Busiest accounts"</h2>
+                    <span class="muted small">"share of the limit, last 5 min"</span>
+                    {busiest}
+                </div>
+                <a class="card" href="/deliveries?status=PENDING" data-testid="oldest-pending">
+                    <h2>"Oldest pending delivery"</h2>
+                    <p class="big" data-testid="oldest-pending-age">{oldest}</p>
+                    <span class="muted">"waiting since it was created"</span>
+                </a>
+            </div>
+        </section>
     }
 }
 

@@ -153,6 +153,7 @@ pub fn BucketTable(rows: Vec<BucketRow>, link_accounts: bool) -> impl IntoView {
         })
         .collect_view();
     view! {
+        <div class="table-scroll">
         <table class="buckets">
             <thead>
                 <tr>
@@ -171,5 +172,6 @@ pub fn BucketTable(rows: Vec<BucketRow>, link_accounts: bool) -> impl IntoView {
             </thead>
             <tbody>{body}</tbody>
         </table>
+        </div>
     }
 }

@@ -114,7 +114,8 @@ pub async fn account(ctx: &AppContext, account: &str, hours: u32) -> Result<Acco
     let history = |e| internal("reading quota history", e);
     let points = ctx.history.series(account, since).await.map_err(history)?;
     let slots = ctx.history.slots_since(since).await.map_err(history)?;
-    let charts = crate::ssr::charts::account_charts(&points, &slots, since.as_millis(), now.as_millis());
+    let limits = per_minute_limits(ctx);
+    let charts = crate::ssr::charts::account_charts(&points, &slots, &limits, since.as_millis(), now.as_millis());
     Ok(AccountView {
         account: account.to_owned(),
         hours,
@@ -123,4 +124,16 @@ pub async fn account(ctx: &AppContext, account: &str, hours: u32) -> Result<Acco
         penalties_svg: charts.penalties,
         table,
     })
+}
+
+/// Permits per minute each rule allows (its tokens per interval), by rule id.
+pub fn per_minute_limits(ctx: &AppContext) -> HashMap<String, f64> {
+    ctx.limiter
+        .rules()
+        .rules()
+        .map(|r| {
+            let per_ms = f64::from(r.limit.tokens) / r.limit.interval.as_millis().max(1) as f64;
+            (r.id.0.clone(), per_ms * 60_000.0)
+        })
+        .collect()
 }

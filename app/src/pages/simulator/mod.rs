@@ -154,6 +154,7 @@ fn SimulationResult(view: SimulationView) -> impl IntoView {
         <section class="card chart" data-testid="sim-chart" inner_html=view.chart_svg></section>
         <section>
             <h2>"Permit times per worker"</h2>
+            <div class="table-scroll">
             <table data-testid="sim-worker-table">
                 <thead><tr><th>"Worker"</th><th>"Permits"</th><th>"Over limit"</th><th>"Permit times (from second zero)"</th></tr></thead>
                 <tbody>
@@ -171,6 +172,7 @@ fn SimulationResult(view: SimulationView) -> impl IntoView {
                     }).collect_view()}
                 </tbody>
             </table>
+            </div>
         </section>
     }
 }

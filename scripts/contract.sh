@@ -67,7 +67,9 @@ start_server() {
   port="$(free_port)"
   data="$(mktemp -d)"
   CLEANUP+=("rm -rf '$data'")
-  server() { env SLUICE_DATA_DIR="$data" SLUICE_LOG=warn "$@"; }
+  # `exec`: run in the background, the server's pid is sluice's own, not a
+  # subshell's, so stop_server's TERM reaches it and it shuts down cleanly.
+  server() { exec env SLUICE_DATA_DIR="$data" SLUICE_LOG=warn "$@"; }
   WORKER_TOKEN="$(server "${ENV[@]}" "$BIN" token add --name contract-worker --scope worker 2>/dev/null)"
   ADMIN_TOKEN="$(server "${ENV[@]}" "$BIN" token add --name contract-admin --scope admin 2>/dev/null)"
   server "${ENV[@]}" SLUICE_LISTEN="127.0.0.1:$port" SLUICE_DELIVERY_WORKER=false SLUICE_SITE_ROOT="$SITE_DIR" \
@@ -84,7 +86,10 @@ start_server() {
 }
 
 stop_server() {
-  kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
+  kill "$SERVER_PID" 2>/dev/null || true
+  # Its exit status is not this script's: a clean shutdown is 0, one cut
+  # short by the signal 143.
+  wait "$SERVER_PID" 2>/dev/null || true
   SERVER_PID=""
 }
 

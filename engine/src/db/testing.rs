@@ -158,11 +158,7 @@ impl OwnPostgres {
         if as_postgres_user {
             run(std::process::Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()));
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("free port");
-        let pg = OwnPostgres { port, bin, dir, as_postgres_user };
+        let pg = OwnPostgres { port: crate::redis_conn::testing::free_port(), bin, dir, as_postgres_user };
         run(pg
             .command("initdb")
             .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "-D"])

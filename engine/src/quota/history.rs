@@ -491,11 +491,7 @@ impl QuotaHistory {
 
     /// The completed sampling slots after `since`: (start, span) in ms, oldest first.
     pub async fn slots_since(&self, since: Timestamp) -> Result<Vec<(i64, i64)>, HistoryError> {
-        let rows = sqlx::query("SELECT at, span_ms FROM quota_history_slots WHERE at > $1 AND wait_hist <> '' ORDER BY at")
-            .bind(since.as_millis())
-            .fetch_all(self.db.pool())
-            .await?;
-        rows.iter().map(|row| Ok((row.try_get("at")?, row.try_get("span_ms")?))).collect()
+        Ok(self.slot_totals_since(since).await?.into_iter().map(|s| (s.at_ms, s.span_ms)).collect())
     }
 
     /// Activity of all buckets in the slots after `since`.

@@ -53,35 +53,33 @@ pgbench -q -i -s 10 "${PG%/*}/$PGB" > /dev/null 2>&1
 TPS="$(pgbench -N -c 16 -j 2 -T 15 "${PG%/*}/$PGB" 2>/dev/null | awk '/^tps = / { printf "%d", $3 }')"
 echo "reference: pgbench -N -c 16 -j 2 -T 15: $TPS tps"
 
-# start_instance NAME DATABASE_URL [REDIS_URL]: a `sluice serve` with the
-# delivery worker on; echoes its base URL.
+# sluice_in NAME [VAR=VALUE …] COMMAND…: run COMMAND as instance NAME of the
+# current case: the case's database ($db, empty for the embedded SQLite) and
+# Redis ($redis), a Redis prefix shared by the case's instances, and a data
+# directory of the instance's own. It execs COMMAND, so call it only in a
+# subshell: `( … )`, `$( … )` or in the background (whose pid is then the
+# command's own, so stop_instances reaches it).
+sluice_in() {
+  local name="$1"
+  shift
+  mkdir -p "$WORK/$name"
+  unset DATABASE_URL REDIS_URL SLUICE_DATABASE_URL SLUICE_REDIS_URL
+  export SLUICE_DATA_DIR="$WORK/$name" SLUICE_LOG=warn SLUICE_REDIS_PREFIX="bench:$$:$case"
+  [ -n "$db" ] && export DATABASE_URL="$db"
+  [ -n "$redis" ] && export REDIS_URL="$redis"
+  exec env "$@"
+}
+
+# start_instance NAME: a `sluice serve` of the current case with the delivery
+# worker on; echoes its base URL.
 start_instance() {
-  local name="$1" db="$2" redis="${3:-}" port
+  local name="$1" port
   port="$(free_port)"
-  (
-    unset DATABASE_URL REDIS_URL SLUICE_DATABASE_URL SLUICE_REDIS_URL
-    export SLUICE_DATA_DIR="$WORK/$name" SLUICE_LISTEN="127.0.0.1:$port" SLUICE_LOG=warn \
-      SLUICE_DELIVERY_ALLOW_NETWORKS="127.0.0.0/8" SLUICE_SITE_ROOT="$WORK/no-site" \
-      SLUICE_REDIS_PREFIX="bench:$$:$name"
-    [ -n "$db" ] && export DATABASE_URL="$db"
-    [ -n "$redis" ] && export REDIS_URL="$redis"
-    exec "$BIN/sluice" serve > "$WORK/$name.log" 2>&1
-  ) &
+  sluice_in "$name" SLUICE_LISTEN="127.0.0.1:$port" SLUICE_DELIVERY_ALLOW_NETWORKS="127.0.0.0/8" \
+    SLUICE_SITE_ROOT="$WORK/no-site" "$BIN/sluice" serve > "$WORK/$name.log" 2>&1 &
   echo $! >> "$PIDFILE"
   for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/healthz" > /dev/null 2>&1 && break; sleep 0.1; done
   echo "http://127.0.0.1:$port"
-}
-
-# tokens DATABASE_URL DATA_DIR: an admin and a worker token, echoed on one line.
-tokens() {
-  local db="$1" dir="$2"
-  (
-    unset DATABASE_URL
-    export SLUICE_DATA_DIR="$dir"
-    [ -n "$db" ] && export DATABASE_URL="$db"
-    echo "$("$BIN/sluice" token add --name "bench-admin-$RANDOM" --scope admin 2>/dev/null)" \
-      "$("$BIN/sluice" token add --name "bench-worker-$RANDOM" --scope worker 2>/dev/null)"
-  )
 }
 
 for case in $CASES; do
@@ -101,11 +99,11 @@ for case in $CASES; do
     db="${PG%/*}/$name"
     redis="$REDIS"
   fi
-  mkdir -p "$WORK/$case-1"
-  (unset DATABASE_URL; export SLUICE_DATA_DIR="$WORK/$case-1"; [ -n "$db" ] && export DATABASE_URL="$db"; "$BIN/sluice" migrate > /dev/null)
-  read -r ADMIN WORKER < <(tokens "$db" "$WORK/$case-1")
-  BASE="$(start_instance "$case-1" "$db" "$redis")"
-  for i in $(seq 2 "$instances"); do start_instance "$case-$i" "$db" "$redis" > /dev/null; done
+  (sluice_in "$case-1" "$BIN/sluice" migrate > /dev/null)
+  ADMIN="$(sluice_in "$case-1" "$BIN/sluice" token add --name bench-admin --scope admin 2>/dev/null)"
+  WORKER="$(sluice_in "$case-1" "$BIN/sluice" token add --name bench-worker --scope worker 2>/dev/null)"
+  BASE="$(start_instance "$case-1")"
+  for i in $(seq 2 "$instances"); do start_instance "$case-$i" > /dev/null; done
   printf '%-7s ' "$case"
   "$BIN/examples/delivery_load" "$BASE" "$ADMIN" "$WORKER" "$merchants" "$EVENTS" "$PRODUCERS" "$delay"
   stop_instances

@@ -73,9 +73,8 @@ build_site() {
   ensure_wasm_bindgen
   ensure_node_modules
   log "building the wasm client"
-  # Not `--cfg erase_components` (a quarter off the wasm): with it on the
-  # client alone, hydration panics in tachys (the server's typed views
-  # render other markers); both halves would need it.
+  # `--cfg erase_components` comes from .cargo/config.toml, for this build
+  # and the server's alike (hydration needs both halves to agree).
   "${WASM_CARGO_ENV[@]}" cargo build -q -p sluice-app --lib --target wasm32-unknown-unknown \
     --no-default-features --features hydrate --profile wasm-release "${WASM_CARGO_ARGS[@]}"
   local wasm="$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/sluice_app.wasm"

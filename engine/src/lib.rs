@@ -17,6 +17,8 @@ pub mod upstream_breaker;
 pub mod retry;
 pub mod delivery;
 pub mod periodic;
+pub mod job_lease;
+pub mod retention;
 pub mod audit;
 pub mod tokens;
 pub mod users;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use sluice_app::model::{ComponentState, HealthView};
 use sluice_app::ssr::{BoxFuture, HealthCheck};
 use sluice_engine::db::Db;
+use sluice_engine::log_throttle::{self, LogThrottle};
 use sluice_engine::quota::{Limiter, StoreHealth};
 use tokio::sync::Mutex;
 
@@ -74,7 +75,8 @@ impl Health {
         let database = match tokio::time::timeout(PROBE_TIMEOUT, self.db.ping()).await {
             Ok(Ok(())) => ComponentState::Up,
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "database ping failed");
+                static THROTTLE: LogThrottle = LogThrottle::new(log_throttle::DEFAULT_PERIOD);
+                THROTTLE.warn("database ping failed", &e);
                 ComponentState::Down("database not answering".to_owned())
             }
             Err(_) => ComponentState::Down("database ping timed out".to_owned()),
@@ -86,7 +88,10 @@ impl Health {
                 match probe.ping().await {
                     Ok(()) => ComponentState::Up,
                     Err(why) => {
-                        tracing::warn!(error = %why, "redis ping failed");
+                        static THROTTLE: LogThrottle = LogThrottle::new(log_throttle::DEFAULT_PERIOD);
+                        if let Some(quiet) = THROTTLE.hit() {
+                            tracing::warn!(error = %why, similar_since_last = quiet, "redis ping failed");
+                        }
                         ComponentState::Down(why)
                     }
                 },

@@ -5,7 +5,6 @@
 mod crash;
 mod ladders;
 mod ops;
-mod retention;
 mod pages;
 mod receiver;
 mod breakers;

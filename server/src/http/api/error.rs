@@ -10,6 +10,7 @@ use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use sluice_engine::log_throttle::{self, LogThrottle};
 use utoipa::ToSchema;
 
 /// The body of every API error but a 422.
@@ -106,7 +107,8 @@ impl ApiError {
 
     /// The quota store is down: retry later.
     pub fn store_unavailable(err: &(dyn std::error::Error + 'static)) -> ApiError {
-        log_cause("quota store unavailable", err);
+        static THROTTLE: LogThrottle = LogThrottle::new(log_throttle::DEFAULT_PERIOD);
+        THROTTLE.warn("quota store unavailable", err);
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", "the quota store is unavailable; retry shortly")
             .retry_after(UNAVAILABLE_RETRY_AFTER_SECS)
     }
@@ -117,8 +119,10 @@ impl ApiError {
     /// `database_unavailable` with `Retry-After` instead: nothing was stored,
     /// and the same request will work shortly.
     pub fn internal(context: &str, err: &(dyn std::error::Error + 'static)) -> ApiError {
-        log_cause(context, err);
         if sluice_engine::db::is_unreachable(err) {
+            // Every call fails alike while the database is down: one
+            // warning per period, not one error per request.
+            log_throttle::database_unreachable(context, err);
             return ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "database_unavailable",
@@ -126,6 +130,7 @@ impl ApiError {
             )
             .retry_after(UNAVAILABLE_RETRY_AFTER_SECS);
         }
+        log_cause(context, err);
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error; it has been logged")
     }
 
@@ -149,14 +154,7 @@ impl ApiError {
 }
 
 fn log_cause(context: &str, err: &(dyn std::error::Error + 'static)) {
-    let mut chain = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        chain.push_str(": ");
-        chain.push_str(&s.to_string());
-        source = s.source();
-    }
-    tracing::error!(error = chain, "{context}");
+    tracing::error!(error = log_throttle::error_chain(err), "{context}");
 }
 
 impl IntoResponse for ApiError {

@@ -18,6 +18,8 @@ pub mod retry;
 pub mod delivery;
 pub mod periodic;
 pub mod log_throttle;
+pub mod job_lease;
+pub mod retention;
 pub mod audit;
 pub mod tokens;
 pub mod users;

@@ -6,7 +6,8 @@
 //! - pure decisions, no IO and no clock: [`money`] (which events move money),
 //!   [`ladder`] (what happens after an attempt), [`merchant_breaker`] (the merchant
 //!   breaker's transitions), [`signing`] (headers and the receiver's verify
-//!   helper), [`ssrf`] (which addresses a request may reach);
+//!   helper), [`ssrf`] (which addresses a request may reach), [`capture`]
+//!   (what an attempt keeps of the exchange, credentials redacted);
 //! - IO: [`store`] (the repository over `Db`, PostgreSQL or SQLite),
 //!   [`queries`] (reads for the UI and API), [`ops`] (support operations that
 //!   return before/after for the audit log), [`worker`] (claim, send, record).
@@ -24,6 +25,7 @@
 //! tables allow one delivery per (event, merchant) should fan-out to several
 //! merchants ever be needed.
 
+pub mod capture;
 pub mod merchant_breaker;
 pub mod ladder;
 pub mod model;

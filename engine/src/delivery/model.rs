@@ -327,9 +327,27 @@ pub struct Attempt {
     pub status_code: Option<u16>,
     pub latency_ms: i64,
     pub error: Option<String>,
+    /// The start of the answer's body as text: at most
+    /// [`RESPONSE_SNIPPET_BYTES`], lossy UTF-8, cut on a character boundary,
+    /// credentials redacted.
     pub response_body: Option<String>,
+    /// `response_body` is the start of a longer body.
+    pub response_truncated: bool,
+    /// The request's headers as sent, signatures included (they are per
+    /// message; the secret never is). `None` when none was sent (refused
+    /// before sending) or the attempt predates their recording.
+    pub request_headers: Option<Headers>,
+    /// The answer's headers, credentials redacted; `None` without an answer.
+    pub response_headers: Option<Headers>,
     pub probe: bool,
 }
+
+/// HTTP headers as stored with an attempt: lower-case name → value (a
+/// repeated header's values joined by `, `), one JSON object in the database.
+pub type Headers = std::collections::BTreeMap<String, String>;
+
+/// How much of an answer's body an attempt keeps, in bytes.
+pub const RESPONSE_SNIPPET_BYTES: usize = 4096;
 
 /// The UI's delivery filter. Every field narrows; `None` means any.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -19,7 +19,8 @@ pub(crate) const DELIVERY_COLS: &str = "id, event_id, merchant_id, event_type, i
      last_deferred_at, last_status_code, last_error, failed_reason, created_at, updated_at, finished_at";
 
 pub(crate) const ATTEMPT_COLS: &str =
-    "id, delivery_id, merchant_id, at, ladder, outcome, status_code, latency_ms, error, response_body, probe";
+    "id, delivery_id, merchant_id, at, ladder, outcome, status_code, latency_ms, error, response_body, probe, \
+     request_headers, response_headers, response_truncated";
 
 pub(crate) const BREAKER_COLS: &str = "merchant_id, state, version, pause_ms, failed_probes, opened_at, next_probe_at, \
      probe_delivery_id, probe_started_at, counters_since, updated_at";
@@ -125,8 +126,19 @@ pub(crate) fn attempt(row: &AnyRow) -> Result<Attempt, sqlx::Error> {
         latency_ms: row.try_get("latency_ms")?,
         error: row.try_get("error")?,
         response_body: row.try_get("response_body")?,
+        response_truncated: flag(row, "response_truncated")?,
+        request_headers: headers(row, "request_headers")?,
+        response_headers: headers(row, "response_headers")?,
         probe: flag(row, "probe")?,
     })
+}
+
+/// A JSON object of headers, or NULL.
+fn headers(row: &AnyRow, col: &str) -> Result<Option<Headers>, sqlx::Error> {
+    match row.try_get::<Option<String>, _>(col)? {
+        None => Ok(None),
+        Some(text) => serde_json::from_str(&text).map(Some).map_err(|e| sqlx::Error::ColumnDecode { index: col.to_owned(), source: Box::new(e) }),
+    }
 }
 
 pub(crate) fn breaker(row: &AnyRow) -> Result<MerchantBreaker, sqlx::Error> {

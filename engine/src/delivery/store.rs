@@ -285,18 +285,7 @@ impl DeliveryStore {
     pub async fn finish_attempt(&self, rec: &AttemptRecord, owner: &str, now: Timestamp) -> Result<bool, StoreError> {
         let a = &rec.attempt;
         let mut tx = self.db.pool().begin().await?;
-        sqlx::query(&format!("INSERT INTO attempts ({ATTEMPT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"))
-            .bind(a.id.as_str())
-            .bind(a.delivery_id.as_str())
-            .bind(a.merchant_id.as_str())
-            .bind(a.at.as_millis())
-            .bind(a.ladder.as_str())
-            .bind(a.outcome.as_str())
-            .bind(a.status_code.map(i64::from))
-            .bind(a.latency_ms)
-            .bind(a.error.as_deref())
-            .bind(a.response_body.as_deref())
-            .bind(a.probe)
+        bind_attempt(sqlx::query(&format!("INSERT INTO attempts ({ATTEMPT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)")), a)?
             .execute(&mut *tx)
             .await?;
         let (status, ladder, state, next_at, failed, finished) = match rec.decision {
@@ -404,6 +393,25 @@ fn bind_merchant<'q>(q: AnyQuery<'q>, m: &'q Merchant) -> AnyQuery<'q> {
         .bind(m.previous_secret_expires_at.map(Timestamp::as_millis))
         .bind(m.created_at.as_millis())
         .bind(m.updated_at.as_millis())
+}
+
+/// Bind an attempt row's columns in `ATTEMPT_COLS` order.
+fn bind_attempt<'q>(q: AnyQuery<'q>, a: &'q Attempt) -> Result<AnyQuery<'q>, serde_json::Error> {
+    let json = |h: &Option<Headers>| h.as_ref().map(serde_json::to_string).transpose();
+    Ok(q.bind(a.id.as_str())
+        .bind(a.delivery_id.as_str())
+        .bind(a.merchant_id.as_str())
+        .bind(a.at.as_millis())
+        .bind(a.ladder.as_str())
+        .bind(a.outcome.as_str())
+        .bind(a.status_code.map(i64::from))
+        .bind(a.latency_ms)
+        .bind(a.error.as_deref())
+        .bind(a.response_body.as_deref())
+        .bind(a.probe)
+        .bind(json(&a.request_headers)?)
+        .bind(json(&a.response_headers)?)
+        .bind(a.response_truncated))
 }
 
 /// Bind a breaker row's columns in `BREAKER_COLS` order.

@@ -18,11 +18,10 @@ use reqwest::redirect::Policy;
 use super::merchant_breaker::{self, MerchantAdmission, MerchantBreakerConfig};
 use super::ladder::{self, LadderConfig, LadderState};
 use super::model::*;
-use super::signing;
+use super::{capture, signing};
 use super::ssrf::{GuardedResolver, SsrfPolicy};
 use super::store::{AttemptRecord, DeliveryStore, Job, StoreError};
 use crate::clock::{SharedClock, Timestamp};
-use crate::log_throttle::error_chain;
 
 /// Worker settings. Defaults are the product's policy.
 #[derive(Debug, Clone)]
@@ -39,7 +38,8 @@ pub struct WorkerConfig {
     pub request_timeout: Duration,
     /// Pause between steps when nothing was due.
     pub idle_poll: Duration,
-    /// Response bodies are kept up to this many bytes.
+    /// Response bodies are kept up to this many bytes (as text, secrets
+    /// redacted: `capture`).
     pub max_response_bytes: usize,
     pub ladder: LadderConfig,
     pub breaker: MerchantBreakerConfig,
@@ -55,7 +55,7 @@ impl Default for WorkerConfig {
             lease: Duration::from_secs(60),
             request_timeout: Duration::from_secs(10),
             idle_poll: Duration::from_millis(500),
-            max_response_bytes: 4096,
+            max_response_bytes: RESPONSE_SNIPPET_BYTES,
             ladder: LadderConfig::default(),
             breaker: MerchantBreakerConfig::default(),
             ssrf: SsrfPolicy::strict(),
@@ -151,7 +151,6 @@ impl Worker {
             .connect_timeout(config.request_timeout)
             .no_proxy()
             .dns_resolver(Arc::new(GuardedResolver::new(Arc::new(config.ssrf.clone()))))
-            .user_agent("Sluice-Webhooks/1")
             .build()
             .map_err(WorkerError::Client)?;
         Ok(Worker { store, clock, client, config: Arc::new(config) })
@@ -233,7 +232,8 @@ impl Worker {
                 return Ok(if ours { result } else { JobResult::Lost });
             }
         };
-        let Sent { outcome, status_code, error, response_body, latency_ms } = self.send(&job, now).await;
+        let Sent { outcome, status_code, error, response_body, response_truncated, request_headers, response_headers, latency_ms } =
+            self.send(&job, now).await;
         let done = self.clock.now();
         let decision = ladder::decide(&state, outcome, done, &self.config.ladder);
         let rec = AttemptRecord {
@@ -248,6 +248,9 @@ impl Worker {
                 latency_ms,
                 error,
                 response_body,
+                response_truncated,
+                request_headers,
+                response_headers,
                 probe,
             },
             decision,
@@ -314,21 +317,30 @@ impl Worker {
             Ok(h) => h,
             Err(e) => return Sent::unsent(AttemptOutcome::Network, format!("signing: {e}"), 0),
         };
-        let mut req = self.client.post(&m.url).header("content-type", "application/json").body(job.payload.clone());
-        for (name, value) in headers {
+        const USER_AGENT: &str = "Sluice-Webhooks/1";
+        let sent_headers = capture::request_headers(
+            [("content-type", "application/json"), ("user-agent", USER_AGENT)]
+                .into_iter()
+                .chain(headers.iter().map(|(k, v)| (*k, v.as_str()))),
+        );
+        let mut req = self.client.post(&m.url).body(job.payload.clone());
+        for (name, value) in &sent_headers {
             req = req.header(name, value);
         }
         let mut resp = match req.send().await {
             Ok(r) => r,
             Err(e) => {
                 let outcome = if e.is_timeout() { AttemptOutcome::Timeout } else { AttemptOutcome::Network };
-                return Sent::unsent(outcome, error_chain(&e), elapsed(started));
+                return Sent { request_headers: Some(sent_headers), ..Sent::unsent(outcome, error_chain(&e), elapsed(started)) };
             }
         };
         let code = resp.status().as_u16();
+        let secrets: Vec<&str> = [Some(m.secret.as_str()), m.previous_secret.as_deref()].into_iter().flatten().collect();
+        let response_headers = capture::response_headers(resp.headers(), &secrets);
+        let limit = capture::read_limit(self.config.max_response_bytes);
         let mut body = Vec::new();
         let mut body_error = None;
-        while body.len() < self.config.max_response_bytes {
+        while body.len() < limit {
             match resp.chunk().await {
                 Ok(Some(chunk)) => body.extend_from_slice(&chunk),
                 Ok(None) => break,
@@ -338,14 +350,23 @@ impl Worker {
                 }
             }
         }
-        body.truncate(self.config.max_response_bytes);
-        let text = (!body.is_empty()).then(|| String::from_utf8_lossy(&body).into_owned());
+        let more = body.len() >= limit;
+        let (text, response_truncated) = capture::body_snippet(&body, more, self.config.max_response_bytes, &secrets);
         let outcome = AttemptOutcome::from_status(code);
         let error = match outcome {
             AttemptOutcome::Success => None,
             _ => Some(body_error.unwrap_or_else(|| format!("HTTP {code}"))),
         };
-        Sent { outcome, status_code: Some(code), error, response_body: text, latency_ms: elapsed(started) }
+        Sent {
+            outcome,
+            status_code: Some(code),
+            error,
+            response_body: (!text.is_empty()).then_some(text),
+            response_truncated,
+            request_headers: Some(sent_headers),
+            response_headers: Some(response_headers),
+            latency_ms: elapsed(started),
+        }
     }
 }
 
@@ -366,15 +387,30 @@ struct Sent {
     status_code: Option<u16>,
     /// Why it did not succeed: transport error, or `HTTP <code>`.
     error: Option<String>,
-    /// The start of the answer's body, as text.
+    /// The start of the answer's body, as text (secrets redacted).
     response_body: Option<String>,
+    /// The body went on past `response_body`.
+    response_truncated: bool,
+    /// What was sent, when a request went out.
+    request_headers: Option<Headers>,
+    /// The answer's headers (credentials redacted), when one came back.
+    response_headers: Option<Headers>,
     latency_ms: i64,
 }
 
 impl Sent {
     /// No answer came back (refused, not signed, network, timeout).
     fn unsent(outcome: AttemptOutcome, error: String, latency_ms: i64) -> Sent {
-        Sent { outcome, status_code: None, error: Some(error), response_body: None, latency_ms }
+        Sent {
+            outcome,
+            status_code: None,
+            error: Some(error),
+            response_body: None,
+            response_truncated: false,
+            request_headers: None,
+            response_headers: None,
+            latency_ms,
+        }
     }
 }
 
@@ -386,4 +422,15 @@ pub(crate) fn ladder_state(d: &Delivery) -> LadderState {
         slow_started_at: d.slow_started_at,
         cycle_started_at: d.cycle_started_at,
     }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
 }

@@ -31,6 +31,11 @@ async fn a_failing_endpoint_gets_ten_attempts_with_doubling_pauses_then_the_deli
     assert_eq!(detail.attempts.len(), 10);
     assert!(detail.attempts.iter().all(|a| a.outcome == AttemptOutcome::ServerError && a.ladder == Ladder::Fast));
     assert_eq!(detail.attempts[0].response_body.as_deref(), Some("answer 503"));
+    let sent = detail.attempts[0].request_headers.as_ref().expect("the headers sent are kept");
+    assert_eq!(sent.get("x-webhook-id").map(String::as_str), Some(id.as_str()));
+    assert_eq!(sent.get("x-webhook-signature").map(String::len), Some(64), "one hex HMAC");
+    assert!(!detail.attempts[0].response_truncated);
+    assert!(detail.attempts[0].response_headers.as_ref().is_some_and(|h| h.contains_key("content-length")));
     assert!(detail.timeline.upcoming.is_empty());
 }
 

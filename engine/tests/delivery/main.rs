@@ -5,6 +5,7 @@
 mod crash;
 mod ladders;
 mod ops;
+mod retention;
 mod pages;
 mod receiver;
 mod breakers;

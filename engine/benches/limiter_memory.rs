@@ -27,6 +27,7 @@ fn bench(c: &mut Criterion) {
             limit,
             cost: 1,
             ceiling: Duration::from_secs(30),
+            lane: sluice_engine::quota::Priority::Normal,
             shadow: false,
             lease: None,
         })

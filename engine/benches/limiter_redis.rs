@@ -23,6 +23,7 @@ fn bench(c: &mut Criterion) {
         limit: Limit::token_bucket(1_000_000, Duration::from_secs(1), 1_000_000),
         cost: 1,
         ceiling: Duration::from_secs(30),
+        lane: sluice_engine::quota::Priority::Normal,
         shadow: false,
         lease: None,
     });

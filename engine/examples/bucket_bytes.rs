@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use sluice_engine::clock::{ManualClock, SharedClock};
 use sluice_engine::quota::store::DecideArgs;
-use sluice_engine::quota::{BucketKey, Limit, MemoryStore, RuleId};
+use sluice_engine::quota::{BucketKey, Limit, MemoryStore, Priority, RuleId};
 
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("procfs");
@@ -36,7 +36,7 @@ fn main() {
             let limit = Limit::token_bucket(100, Duration::from_secs(1), 100);
             for i in 0..n {
                 let key = BucketKey { account: format!("acct-{i}"), scope: "soak".into(), rule: RuleId("rule_01".into()) };
-                store.decide_now(&DecideArgs { key, limit, cost: 1, ceiling: Duration::ZERO, shadow: false, lease: None });
+                store.decide_now(&DecideArgs { key, limit, cost: 1, ceiling: Duration::ZERO, lane: Priority::Normal, shadow: false, lease: None });
             }
             let full = rss_bytes();
             report("sluice MemoryStore", n, before, full);

@@ -59,8 +59,9 @@ fn interval_us(limit: &Limit) -> i64 {
     duration_micros(limit.interval).max(1)
 }
 
-/// GCRA increment for `cost` tokens, rounded up so rounding never grants extra.
-fn gcra_increment(limit: &Limit, cost: u64) -> i64 {
+/// GCRA increment for `cost` tokens (µs), rounded up so rounding never
+/// grants extra. Also a high lane's reserve ([`super::lane::reserve`]).
+pub(crate) fn gcra_increment(limit: &Limit, cost: u64) -> i64 {
     let den = u64::from(limit.tokens.max(1));
     // 64-bit fast path (validated rules always take it); 128-bit otherwise.
     match cost.checked_mul(interval_us(limit).unsigned_abs()) {

@@ -5,6 +5,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
+use crate::quota::lane::{reserve, Priority};
 
 const SEC: Duration = Duration::from_secs(1);
 const BIG: Duration = Duration::from_secs(3600);
@@ -134,6 +135,49 @@ fn arb_limit() -> impl Strategy<Value = Limit> {
     })
 }
 
+/// Every span's grants (instant, cost; sorted) are within what the rule allows.
+fn within_the_rule(limit: &Limit, grants: &[(i64, u32)]) -> Result<(), TestCaseError> {
+    let w = duration_micros(limit.interval);
+    let tokens = u64::from(limit.tokens);
+    match limit.algorithm {
+        Algorithm::SlidingLog => {
+            // Any window (s − w, s]: it suffices to check windows ending at each grant.
+            for &(end, _) in grants {
+                let n: u64 = grants.iter().filter(|(g, _)| *g > end - w && *g <= end).map(|(_, c)| u64::from(*c)).sum();
+                prop_assert!(n <= tokens, "{n} > {tokens} in window ending {end}");
+            }
+        }
+        Algorithm::FixedWindow => {
+            let mut per: std::collections::HashMap<i64, u64> = Default::default();
+            for &(g, c) in grants {
+                *per.entry(g.div_euclid(w)).or_default() += u64::from(c);
+            }
+            prop_assert!(per.values().all(|&n| n <= tokens));
+        }
+        Algorithm::TokenBucket => {
+            // Over [a, b]: at most burst + tokens × (b − a) / w.
+            for (i, &(a, _)) in grants.iter().enumerate() {
+                let mut n = 0u64;
+                for &(b, c) in &grants[i..] {
+                    n += u64::from(c);
+                    let allowed = f64::from(limit.burst) + tokens as f64 * (b - a) as f64 / w as f64;
+                    prop_assert!(n as f64 <= allowed + 1e-9, "{n} > {allowed} over [{a}, {b}]");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn arb_lane() -> impl Strategy<Value = Priority> {
+    prop_oneof![Just(Priority::High), Just(Priority::Normal), Just(Priority::Low)]
+}
+
+/// One decision in a lane, as a store makes it: within the lane's horizon.
+fn decide_in(s: &mut BucketState, now: i64, limit: &Limit, cost: u32, lane: Priority, ceiling: Duration) -> Decision {
+    decide(s, Timestamp::from_micros(now), limit, cost, lane.horizon(limit, cost, ceiling))
+}
+
 proptest! {
     #[test]
     fn no_algorithm_grants_more_than_its_rule_allows(
@@ -141,33 +185,65 @@ proptest! {
         arrivals in prop::collection::vec((0..600u32, 1..4u32), 1..150),
         ceiling_ms in 0..20_000u64,
     ) {
-        let grants = run(&limit, &arrivals, Duration::from_millis(ceiling_ms));
-        let w = duration_micros(limit.interval);
-        let tokens = u64::from(limit.tokens);
-        match limit.algorithm {
-            Algorithm::SlidingLog => {
-                // Any window (s − w, s]: it suffices to check windows ending at each grant.
-                for &(end, _) in &grants {
-                    let n: u64 = grants.iter().filter(|(g, _)| *g > end - w && *g <= end).map(|(_, c)| u64::from(*c)).sum();
-                    prop_assert!(n <= tokens, "{n} > {tokens} in window ending {end}");
+        within_the_rule(&limit, &run(&limit, &arrivals, Duration::from_millis(ceiling_ms)))?;
+    }
+
+    #[test]
+    fn lanes_never_grant_more_than_the_rule_allows_and_keep_arrival_order(
+        limit in arb_limit(),
+        arrivals in prop::collection::vec((0..600u32, 1..4u32, arb_lane()), 1..150),
+        ceiling_ms in 0..20_000u64,
+    ) {
+        let mut s = BucketState::default();
+        let mut now = t(0.0).as_micros();
+        let (mut grants, mut last) = (Vec::new(), i64::MIN);
+        for &(gap_ms, cost, lane) in &arrivals {
+            now += i64::from(gap_ms) * 1000;
+            let cost = cost.min(limit.capacity());
+            if let Decision::Granted { wait } = decide_in(&mut s, now, &limit, cost, lane, Duration::from_millis(ceiling_ms)) {
+                let at = now + duration_micros(wait);
+                // FIFO across lanes, so within each: no booking overtakes an earlier one.
+                prop_assert!(at >= last, "{lane} booked {at} before an earlier booking {last}");
+                last = at;
+                grants.push((at, cost));
+            }
+        }
+        grants.sort();
+        within_the_rule(&limit, &grants)?;
+    }
+
+    /// A high request with no earlier high booking still ahead of it is never
+    /// refused for what normal and low booked (with one ceiling for all
+    /// callers), and behind low traffic alone it waits at most its reserve.
+    #[test]
+    fn high_is_never_starved_by_lower_lanes(
+        limit in arb_limit(),
+        arrivals in prop::collection::vec((0..600u32, 1..4u32, arb_lane()), 1..150),
+        ceiling_ms in 0..20_000u64,
+    ) {
+        let ceiling = Duration::from_millis(ceiling_ms);
+        let mut s = BucketState::default();
+        let mut now = t(0.0).as_micros();
+        // The furthest slot booked so far by high and by normal requests.
+        let (mut high_ahead, mut normal_ahead) = (i64::MIN, i64::MIN);
+        for &(gap_ms, cost, lane) in &arrivals {
+            now += i64::from(gap_ms) * 1000;
+            let cost = cost.min(limit.capacity());
+            let decision = decide_in(&mut s, now, &limit, cost, lane, ceiling);
+            if lane == Priority::High && high_ahead <= now {
+                let Decision::Granted { wait } = decision else {
+                    return Err(TestCaseError::fail(format!("high refused at {now}: {decision:?}")));
+                };
+                if normal_ahead <= now {
+                    prop_assert!(wait <= reserve(&limit, cost), "high waited {wait:?} behind low traffic only");
                 }
             }
-            Algorithm::FixedWindow => {
-                let mut per: std::collections::HashMap<i64, u64> = Default::default();
-                for &(g, c) in &grants {
-                    *per.entry(g.div_euclid(w)).or_default() += u64::from(c);
-                }
-                prop_assert!(per.values().all(|&n| n <= tokens));
-            }
-            Algorithm::TokenBucket => {
-                // Over [a, b]: at most burst + tokens × (b − a) / w.
-                for (i, &(a, _)) in grants.iter().enumerate() {
-                    let mut n = 0u64;
-                    for &(b, c) in &grants[i..] {
-                        n += u64::from(c);
-                        let allowed = f64::from(limit.burst) + tokens as f64 * (b - a) as f64 / w as f64;
-                        prop_assert!(n as f64 <= allowed + 1e-9, "{n} > {allowed} over [{a}, {b}]");
-                    }
+            if let Decision::Granted { wait } = decision {
+                let at = now + duration_micros(wait);
+                match lane {
+                    Priority::High => high_ahead = high_ahead.max(at),
+                    Priority::Normal => normal_ahead = normal_ahead.max(at),
+                    Priority::Low => prop_assert_eq!(wait, Duration::ZERO, "low booked ahead"),
                 }
             }
         }
@@ -191,4 +267,52 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn low_alone_takes_the_whole_rate() {
+    // Low requests polling every millisecond for ten seconds get exactly what
+    // the rule allows over that span: the burst (or a window's tokens) and
+    // then every token as it comes back.
+    let cases = [
+        (Limit::token_bucket(10, SEC, 5), 5 + 99),
+        (Limit::fixed_window(10, SEC), 100),
+        (Limit::sliding_log(10, SEC), 100),
+    ];
+    for (limit, expected) in cases {
+        let mut s = BucketState::default();
+        let start = t(0.0).as_micros();
+        let granted = (0..10_000i64)
+            .filter(|ms| {
+                let d = decide_in(&mut s, start + ms * 1000, &limit, 1, Priority::Low, BIG);
+                matches!(d, Decision::Granted { wait: Duration::ZERO })
+            })
+            .count();
+        assert_eq!(granted, expected, "{limit:?}");
+    }
+}
+
+#[test]
+fn a_high_request_gets_the_next_slot_while_low_keeps_the_bucket_busy() {
+    // The worked example of docs/limiter.md: 40 per second (one token every
+    // 25 ms), burst 40. Low traffic has drained the bucket; normal traffic
+    // would now book 25 ms, 50 ms, … ahead, up to its ceiling.
+    let limit = Limit::token_bucket(40, SEC, 40);
+    let ceiling = limit.wait_ceiling(Duration::from_secs(30));
+    let mut s = BucketState::default();
+    let now = t(0.0).as_micros();
+    for _ in 0..40 {
+        assert_eq!(granted(decide_in(&mut s, now, &limit, 1, Priority::Low, ceiling)), Duration::ZERO);
+    }
+    let refused = decide_in(&mut s, now, &limit, 1, Priority::Low, ceiling);
+    assert_eq!(refused, Decision::Refused { retry_after: Duration::from_millis(25) });
+    assert_eq!(granted(decide_in(&mut s, now, &limit, 1, Priority::High, ceiling)), Duration::from_millis(25));
+    // Normal traffic books up to its ceiling (30 s: 1200 slots); high still gets one beyond it.
+    for i in 2..=1200u64 {
+        assert_eq!(granted(decide_in(&mut s, now, &limit, 1, Priority::Normal, ceiling)), Duration::from_millis(25 * i));
+    }
+    assert!(matches!(decide_in(&mut s, now, &limit, 1, Priority::Normal, ceiling), Decision::Refused { .. }));
+    let beyond = granted(decide_in(&mut s, now, &limit, 1, Priority::High, ceiling));
+    assert_eq!(beyond, ceiling + Duration::from_millis(25));
+    assert!(matches!(decide_in(&mut s, now, &limit, 1, Priority::High, ceiling), Decision::Refused { .. }));
 }

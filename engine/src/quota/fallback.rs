@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use crate::clock::SharedClock;
 
 use super::decision::Usage;
+use super::lane::Priority;
 use super::memory::MemoryStore;
 use super::rule::{Algorithm, Limit};
 use super::stats::{BucketKey, BucketStats, RefusalReason};
@@ -188,8 +189,12 @@ impl QuotaStore for FallbackStore {
         Box::pin(self.with_policy(self.shared.release(key, lease), move |local, _| local.release(key, lease)))
     }
 
-    fn record_refusal<'a>(&'a self, key: &'a BucketKey, reason: RefusalReason) -> StoreResult<'a, ()> {
-        Box::pin(self.with_policy(self.shared.record_refusal(key, reason), move |l, _| l.record_refusal(key, reason)))
+    fn record_refusal<'a>(&'a self, key: &'a BucketKey, reason: RefusalReason, lane: Priority) -> StoreResult<'a, ()> {
+        Box::pin(
+            self.with_policy(self.shared.record_refusal(key, reason, lane), move |l, _| {
+                l.record_refusal(key, reason, lane)
+            }),
+        )
     }
 
     fn stats<'a>(&'a self, key: &'a BucketKey) -> StoreResult<'a, BucketStats> {

@@ -12,6 +12,7 @@ use crate::lazy_connect::{ConnectRedis, LazyRedis, NotConnected};
 
 use super::decision::Usage;
 use super::redis::{RedisSettings, RedisStore};
+use super::lane::Priority;
 use super::rule::Limit;
 use super::stats::{BucketKey, BucketStats, RefusalReason};
 use super::store::{DecideArgs, QuotaStore, StoreDecision, StoreError, StoreResult};
@@ -77,8 +78,8 @@ impl QuotaStore for LazyRedisStore {
         Box::pin(async move { self.get().await?.release(key, lease).await })
     }
 
-    fn record_refusal<'a>(&'a self, key: &'a BucketKey, reason: RefusalReason) -> StoreResult<'a, ()> {
-        Box::pin(async move { self.get().await?.record_refusal(key, reason).await })
+    fn record_refusal<'a>(&'a self, key: &'a BucketKey, reason: RefusalReason, lane: Priority) -> StoreResult<'a, ()> {
+        Box::pin(async move { self.get().await?.record_refusal(key, reason, lane).await })
     }
 
     fn stats<'a>(&'a self, key: &'a BucketKey) -> StoreResult<'a, BucketStats> {

@@ -15,6 +15,7 @@ use crate::account::{parse_account, InvalidAccount};
 use crate::clock::{SharedClock, Timestamp};
 
 use super::decision::Usage;
+use super::lane::Priority;
 use super::metrics::{record_decision, record_penalty, NO_RULE_SCOPE};
 use super::outcome::{Lease, Outcome, Permit, Refusal};
 use super::registry::RuleRegistry;
@@ -36,6 +37,8 @@ pub struct QuotaRequest {
     /// The caller's wait ceiling; the rule's, then 30 s, when `None`. The
     /// floor (interval + 5 s, or 2 × interval + 5 s for 1-token rules) applies.
     pub max_wait: Option<Duration>,
+    /// The lane: how far ahead this request may book ([`super::lane`]).
+    pub priority: Priority,
 }
 
 impl QuotaRequest {
@@ -47,6 +50,7 @@ impl QuotaRequest {
             path: path.into(),
             cost: 1,
             max_wait: None,
+            priority: Priority::Normal,
         }
     }
     pub fn account(mut self, account: impl Into<String>) -> Self {
@@ -59,6 +63,10 @@ impl QuotaRequest {
     }
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = Some(max_wait);
+        self
+    }
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
         self
     }
 }
@@ -183,9 +191,9 @@ impl Limiter {
             let scope = if validate_scope(&req.scope).is_ok() { req.scope.clone() } else { "_invalid".into() };
             let key = BucketKey { account, scope, rule: RuleId("_none".into()) };
             // Recording is best effort: the refusal stands even if the store is down.
-            let _ = self.inner.store.record_refusal(&key, RefusalReason::NoRule).await;
+            let _ = self.inner.store.record_refusal(&key, RefusalReason::NoRule, req.priority).await;
             let outcome = Outcome::Refused(Refusal { reason: RefusalReason::NoRule, retry_after: None, rule: None });
-            record_decision(NO_RULE_SCOPE, &outcome);
+            record_decision(NO_RULE_SCOPE, req.priority, &outcome);
             return Ok(outcome);
         };
         let capacity = rule.limit.capacity();
@@ -197,6 +205,7 @@ impl Limiter {
             limit: rule.limit,
             cost: req.cost,
             ceiling: rule.wait_ceiling(req.max_wait),
+            lane: req.priority,
             shadow: rule.shadow,
             lease: rule.concurrency.map(|max_in_flight| LeaseArgs {
                 max_in_flight,
@@ -226,7 +235,7 @@ impl Limiter {
                 Outcome::Refused(Refusal { reason, retry_after, rule: Some(rule.id.clone()) })
             }
         };
-        record_decision(&rule.scope, &outcome);
+        record_decision(&rule.scope, req.priority, &outcome);
         Ok(outcome)
     }
 
@@ -298,7 +307,7 @@ impl Limiter {
             Some(rule) => bucket_key(account, &rule),
             None => BucketKey { account, scope: req.scope.clone(), rule: RuleId("_none".into()) },
         };
-        Ok(self.inner.store.record_refusal(&key, reason).await?)
+        Ok(self.inner.store.record_refusal(&key, reason, req.priority).await?)
     }
 
     pub async fn stats(&self, key: &BucketKey) -> Result<BucketStats, QuotaError> {

@@ -30,6 +30,7 @@ use smallvec::SmallVec;
 use crate::clock::{duration_micros, SharedClock, Timestamp};
 
 use super::decision::{self, BucketState, Decision, Usage};
+use super::lane::Priority;
 use super::rule::{Algorithm, Limit, RuleId};
 use super::stats::{BucketKey, BucketStats, RefusalReason};
 use super::store::{DecideArgs, QuotaStore, StoreDecision, StoreError, StoreResult};
@@ -119,13 +120,22 @@ impl Slot {
     }
 
     /// A refusal, and a shadow rule's would-be block.
-    fn add_refusal(&mut self, reason: RefusalReason, shadow: bool) {
+    fn add_refusal(&mut self, reason: RefusalReason, shadow: bool, lane: Priority) {
         let stats = &mut self.cold().stats;
         stats.add_refusal(reason);
         stats.shadow_blocks += u64::from(shadow);
+        if let Some(lane) = stats.lane_mut(lane) {
+            lane.refusals += 1;
+        }
     }
 
-    fn add_grant(&mut self, wait: Duration) {
+    fn add_grant(&mut self, wait: Duration, lane: Priority) {
+        if lane != Priority::Normal {
+            // Off the hot path: only the exceptions are counted per lane.
+            if let Some(lane) = self.cold().stats.lane_mut(lane) {
+                lane.add_grant(wait);
+            }
+        }
         if wait < Duration::from_millis(1) {
             self.quick_grants += 1;
             // Under a millisecond, so the whole wait is its sub-second part.
@@ -342,16 +352,17 @@ fn decide_slot(s: &mut Slot, now: Timestamp, args: &DecideArgs) -> StoreDecision
         let leases = &mut s.cold().leases;
         leases.retain(|_, exp| *exp > now_us);
         if !leases.contains_key(&lease.id) && leases.len() >= lease.max_in_flight as usize {
-            s.add_refusal(RefusalReason::ConcurrencyLimit, args.shadow);
+            s.add_refusal(RefusalReason::ConcurrencyLimit, args.shadow, args.lane);
             return StoreDecision::Refused { reason: RefusalReason::ConcurrencyLimit, retry_after: None };
         }
     }
-    match decision::decide(&mut s.state, now, &args.limit, args.cost, args.ceiling) {
+    let horizon = args.lane.horizon(&args.limit, args.cost, args.ceiling);
+    match decision::decide(&mut s.state, now, &args.limit, args.cost, horizon) {
         Decision::Granted { wait } => {
             if args.limit.algorithm != Algorithm::TokenBucket {
                 s.note_relevance(&args.limit);
             }
-            s.add_grant(wait);
+            s.add_grant(wait, args.lane);
             if args.shadow && wait >= Duration::from_millis(1) {
                 s.cold().stats.shadow_blocks += 1;
             }
@@ -362,7 +373,7 @@ fn decide_slot(s: &mut Slot, now: Timestamp, args: &DecideArgs) -> StoreDecision
             StoreDecision::Granted { wait, lease }
         }
         Decision::Refused { retry_after } => {
-            s.add_refusal(RefusalReason::WaitCeilingExceeded, args.shadow);
+            s.add_refusal(RefusalReason::WaitCeilingExceeded, args.shadow, args.lane);
             StoreDecision::Refused { reason: RefusalReason::WaitCeilingExceeded, retry_after: Some(retry_after) }
         }
     }
@@ -418,8 +429,8 @@ impl QuotaStore for MemoryStore {
         ready(())
     }
 
-    fn record_refusal<'a>(&'a self, key: &'a BucketKey, reason: RefusalReason) -> StoreResult<'a, ()> {
-        self.with_slot(key, |s, _| s.add_refusal(reason, false));
+    fn record_refusal<'a>(&'a self, key: &'a BucketKey, reason: RefusalReason, lane: Priority) -> StoreResult<'a, ()> {
+        self.with_slot(key, |s, _| s.add_refusal(reason, false, lane));
         ready(())
     }
 
@@ -453,7 +464,7 @@ mod tests {
     }
 
     fn args(key: BucketKey, limit: Limit) -> DecideArgs {
-        DecideArgs { key, limit, cost: 1, ceiling: Duration::from_secs(60), shadow: false, lease: None }
+        DecideArgs { key, limit, cost: 1, ceiling: Duration::from_secs(60), lane: Priority::Normal, shadow: false, lease: None }
     }
 
     #[test]

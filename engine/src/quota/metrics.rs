@@ -5,14 +5,16 @@
 //!
 //! Labels are bounded: `scope` comes from a rule (admins create those), never
 //! from the request, which is why a request matching no rule is counted under
-//! scope `_none`.
+//! scope `_none`; `lane` is one of three priority names.
 
+use super::lane::Priority;
 use super::outcome::Outcome;
 
-/// Decisions by `scope`, `result` (`granted` / `refused`) and `reason`
-/// (empty for grants; a [`super::RefusalReason`] otherwise).
+/// Decisions by `scope`, `lane` (`high` / `normal` / `low`), `result`
+/// (`granted` / `refused`) and `reason` (empty for grants; a
+/// [`super::RefusalReason`] otherwise).
 pub const DECISIONS: &str = "sluice_quota_decisions_total";
-/// Booked waits of granted permits, seconds.
+/// Booked waits of granted permits, seconds, by `scope` and `lane`.
 pub const WAIT_SECONDS: &str = "sluice_quota_wait_seconds";
 /// Upstream 429s reported (`penalize`), by scope.
 pub const PENALTIES: &str = "sluice_quota_penalties_total";
@@ -20,14 +22,17 @@ pub const PENALTIES: &str = "sluice_quota_penalties_total";
 /// The scope label of a request no rule governs.
 pub const NO_RULE_SCOPE: &str = "_none";
 
-pub(crate) fn record_decision(scope: &str, outcome: &Outcome) {
+pub(crate) fn record_decision(scope: &str, lane: Priority, outcome: &Outcome) {
+    let lane = lane.as_str();
     match outcome {
         Outcome::Granted(permit) => {
-            metrics::counter!(DECISIONS, "scope" => scope.to_owned(), "result" => "granted", "reason" => "").increment(1);
-            metrics::histogram!(WAIT_SECONDS, "scope" => scope.to_owned()).record(permit.wait.as_secs_f64());
+            metrics::counter!(DECISIONS, "scope" => scope.to_owned(), "lane" => lane, "result" => "granted", "reason" => "")
+                .increment(1);
+            metrics::histogram!(WAIT_SECONDS, "scope" => scope.to_owned(), "lane" => lane).record(permit.wait.as_secs_f64());
         }
         Outcome::Refused(refusal) => {
-            metrics::counter!(DECISIONS, "scope" => scope.to_owned(), "result" => "refused", "reason" => refusal.reason.as_str())
+            let reason = refusal.reason.as_str();
+            metrics::counter!(DECISIONS, "scope" => scope.to_owned(), "lane" => lane, "result" => "refused", "reason" => reason)
                 .increment(1);
         }
     }

@@ -9,6 +9,7 @@
 //! - [`rule`]: [`Rule`] and [`Limit`] as validated values; [`rule::presets`].
 //! - [`registry`]: [`RuleRegistry::resolve`], the one resolver.
 //! - [`decision`]: the pure quota math, `decide(state, now, &limit, cost, ceiling)`.
+//! - [`lane`]: [`Priority`] and how far ahead each lane may book.
 //! - [`store`]: the [`QuotaStore`] trait; [`memory`] (embedded default),
 //!   [`redis`] (distributed; `lua/quota.lua`), [`fallback`] (Redis with a
 //!   bounded local share when Redis is down).
@@ -43,7 +44,9 @@
 //! booked when the wait exceeds the ceiling: max(configured max wait — the
 //! call's, else the rule's, else 30 s — , interval + 5 s), or
 //! 2 × interval + 5 s for rules with `tokens == 1`. The refusal's
-//! `retry_after` is the full time until the free slot.
+//! `retry_after` is the full time until the free slot. A request's priority
+//! lane ([`lane`]) moves that horizon and nothing else: `high` one reserved
+//! slot beyond the ceiling, `low` to zero (only a slot free now).
 //!
 //! A 429 ([`Limiter::penalize`]) blocks the bucket until max(now + one token's
 //! refill or the rule's `min_penalty`, now + Retry-After); for the token
@@ -113,6 +116,7 @@ pub mod admin;
 pub mod decision;
 pub mod fallback;
 pub mod history;
+pub mod lane;
 pub mod lazy;
 pub mod limiter;
 pub mod memory;
@@ -128,6 +132,7 @@ pub mod store;
 pub use admin::{RuleAdmin, RuleAdminError};
 pub use decision::{BucketState, Decision, Usage};
 pub use fallback::{FallbackStore, StorePolicy};
+pub use lane::Priority;
 pub use lazy::LazyRedisStore;
 pub use limiter::{Limiter, LimiterConfig, QuotaError, QuotaRequest, RateLimitHeaders};
 pub use outcome::{Lease, Outcome, Permit, Refusal};
@@ -136,5 +141,5 @@ pub use redis::{RedisSettings, RedisStore};
 pub use registry::RuleRegistry;
 pub use rule::{Algorithm, Limit, Rule, RuleDraft, RuleError, RuleId};
 pub use rules_repo::{RuleChange, RuleHistoryEntry, RuleReloader, RulesRepo, RulesRepoError};
-pub use stats::{BucketKey, BucketStats, RefusalReason};
+pub use stats::{BucketKey, BucketStats, LaneStats, RefusalReason};
 pub use store::{QuotaStore, StoreError, StoreHealth};

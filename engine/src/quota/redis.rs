@@ -19,6 +19,7 @@ use redis::{RedisError, Script, Value};
 use crate::clock::duration_micros;
 
 use super::decision::Usage;
+use super::lane::Priority;
 use super::rule::{Limit, RuleId};
 use super::stats::{BucketKey, BucketStats, RefusalReason};
 use super::store::{DecideArgs, QuotaStore, StoreDecision, StoreError, StoreResult};
@@ -211,6 +212,7 @@ impl QuotaStore for RedisStore {
                 lmax.to_string(),
                 lid,
                 lttl,
+                a.lane.as_str().to_owned(),
             ];
             let (granted, second, third): (i64, Value, Value) = self.run(&a.key, &a.limit, "decide", &args).await?;
             self.index(&a.key).await;
@@ -271,10 +273,11 @@ impl QuotaStore for RedisStore {
         })
     }
 
-    fn record_refusal<'a>(&'a self, key: &'a BucketKey, reason: RefusalReason) -> StoreResult<'a, ()> {
+    fn record_refusal<'a>(&'a self, key: &'a BucketKey, reason: RefusalReason, lane: Priority) -> StoreResult<'a, ()> {
         Box::pin(async move {
             let limit = Limit::fixed_window(1, Duration::from_secs(1));
-            let _: i64 = self.run(key, &limit, "refuse", &[reason.as_str().to_owned()]).await?;
+            let args = [reason.as_str().to_owned(), lane.as_str().to_owned()];
+            let _: i64 = self.run(key, &limit, "refuse", &args).await?;
             self.index(key).await;
             Ok(())
         })

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::lane::Priority;
 use super::rule::RuleId;
 
 /// Number of wait-histogram buckets (the last one holds waits ≥ 2^20 ms ≈ 17 min).
@@ -108,6 +109,58 @@ pub struct BucketStats {
     pub observations: u64,
     /// Last decision, milliseconds since the epoch (store clock).
     pub last_at_ms: i64,
+    /// The part of the counters above that came from `high` and `low`
+    /// requests; `None` until one came. `normal`'s is the rest (see
+    /// [`BucketStats::lane`]): stores count only the two exceptions, so a
+    /// normal decision costs what it did before lanes, and a bucket only ever
+    /// asked in the normal lane keeps no more than it did.
+    pub lanes: Option<Box<LaneSplit>>,
+}
+
+/// The `high` and `low` shares of a bucket's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaneSplit {
+    pub high: LaneStats,
+    pub low: LaneStats,
+}
+
+/// Grants, waits and refusals of one priority lane of a bucket.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaneStats {
+    pub grants: u64,
+    /// Grants that had to wait (booked wait ≥ 1 ms).
+    pub waited: u64,
+    /// Sum of booked waits, in microseconds.
+    pub wait_sum_us: u64,
+    pub wait_histogram: [u64; WAIT_BUCKETS],
+    /// Refusals of every reason.
+    pub refusals: u64,
+}
+
+impl LaneStats {
+    pub(crate) fn add_grant(&mut self, wait: Duration) {
+        count_grant(&mut self.grants, &mut self.waited, &mut self.wait_sum_us, &mut self.wait_histogram, wait);
+    }
+
+    /// The `q`-quantile of this lane's booked waits (see [`BucketStats::wait_percentile`]).
+    pub fn wait_percentile(&self, q: f64) -> Option<Duration> {
+        percentile(&self.wait_histogram, q)
+    }
+
+    /// A counter field of the Redis stats hash (`high:grants`, `low:w3`, …).
+    fn set_field(&mut self, field: &str, n: u64) {
+        match field {
+            "grants" => self.grants = n,
+            "waited" => self.waited = n,
+            "wait_sum_us" => self.wait_sum_us = n,
+            "refused" => self.refusals = n,
+            _ => {
+                if let Some(slot) = field.strip_prefix('w').and_then(|i| i.parse::<usize>().ok()).and_then(|i| self.wait_histogram.get_mut(i)) {
+                    *slot = n;
+                }
+            }
+        }
+    }
 }
 
 impl BucketStats {
@@ -123,31 +176,46 @@ impl BucketStats {
         self.refusals[reason.index()] += 1;
     }
 
-    pub(crate) fn add_grant(&mut self, wait: Duration) {
-        self.grants += 1;
-        if wait >= Duration::from_millis(1) {
-            self.waited += 1;
+    /// The counters of one lane. `normal`'s are the bucket's totals less the
+    /// other two lanes'.
+    pub fn lane(&self, lane: Priority) -> LaneStats {
+        let split = self.lanes.as_deref().cloned().unwrap_or_default();
+        match lane {
+            Priority::High => split.high,
+            Priority::Low => split.low,
+            Priority::Normal => {
+                let (high, low) = (&split.high, &split.low);
+                let rest = |total: u64, f: fn(&LaneStats) -> u64| total.saturating_sub(f(high) + f(low));
+                LaneStats {
+                    grants: rest(self.grants, |l| l.grants),
+                    waited: rest(self.waited, |l| l.waited),
+                    wait_sum_us: rest(self.wait_sum_us, |l| l.wait_sum_us),
+                    wait_histogram: std::array::from_fn(|i| {
+                        self.wait_histogram[i].saturating_sub(high.wait_histogram[i] + low.wait_histogram[i])
+                    }),
+                    refusals: rest(self.refusals_total(), |l| l.refusals),
+                }
+            }
         }
-        self.wait_sum_us += u64::try_from(wait.as_micros()).unwrap_or(u64::MAX);
-        self.wait_histogram[wait_bucket(wait)] += 1;
+    }
+
+    /// Where a request of `lane` is counted besides the totals (`None` for `normal`).
+    pub(crate) fn lane_mut(&mut self, lane: Priority) -> Option<&mut LaneStats> {
+        match lane {
+            Priority::High => Some(&mut self.lanes.get_or_insert_default().high),
+            Priority::Low => Some(&mut self.lanes.get_or_insert_default().low),
+            Priority::Normal => None,
+        }
+    }
+
+    pub(crate) fn add_grant(&mut self, wait: Duration) {
+        count_grant(&mut self.grants, &mut self.waited, &mut self.wait_sum_us, &mut self.wait_histogram, wait);
     }
 
     /// The `q`-quantile (0.5 = p50, 0.95 = p95) of booked waits, as the upper
     /// bound of its histogram bucket; `None` before the first grant.
     pub fn wait_percentile(&self, q: f64) -> Option<Duration> {
-        let total: u64 = self.wait_histogram.iter().sum();
-        if total == 0 {
-            return None;
-        }
-        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
-        let mut seen = 0;
-        for (i, n) in self.wait_histogram.iter().enumerate() {
-            seen += n;
-            if seen >= rank {
-                return Some(bucket_upper_bound(i));
-            }
-        }
-        Some(bucket_upper_bound(WAIT_BUCKETS - 1))
+        percentile(&self.wait_histogram, q)
     }
 
     /// Parse the flat field map the Redis script writes (`HGETALL`).
@@ -164,7 +232,12 @@ impl BucketStats {
                 "observations" => s.observations = n,
                 "last_at_ms" => s.last_at_ms = v,
                 _ => {
-                    if let Some(i) = k.strip_prefix("w").and_then(|i| i.parse::<usize>().ok()) {
+                    let lane = k.split_once(':').and_then(|(lane, field)| Some((lane.parse::<Priority>().ok()?, field)));
+                    if let Some((lane, field)) = lane {
+                        if let Some(stats) = s.lane_mut(lane) {
+                            stats.set_field(field, n);
+                        }
+                    } else if let Some(i) = k.strip_prefix("w").and_then(|i| i.parse::<usize>().ok()) {
                         if let Some(slot) = s.wait_histogram.get_mut(i) {
                             *slot = n;
                         }
@@ -176,6 +249,31 @@ impl BucketStats {
         }
         s
     }
+}
+
+/// One grant into a set of grant counters (a bucket's, or a lane's).
+fn count_grant(grants: &mut u64, waited: &mut u64, sum_us: &mut u64, histogram: &mut [u64; WAIT_BUCKETS], wait: Duration) {
+    *grants += 1;
+    *waited += u64::from(wait >= Duration::from_millis(1));
+    *sum_us += u64::try_from(wait.as_micros()).unwrap_or(u64::MAX);
+    histogram[wait_bucket(wait)] += 1;
+}
+
+/// The `q`-quantile of a wait histogram, as its bucket's upper bound.
+fn percentile(histogram: &[u64; WAIT_BUCKETS], q: f64) -> Option<Duration> {
+    let total: u64 = histogram.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+    let mut seen = 0;
+    for (i, n) in histogram.iter().enumerate() {
+        seen += n;
+        if seen >= rank {
+            return Some(bucket_upper_bound(i));
+        }
+    }
+    Some(bucket_upper_bound(WAIT_BUCKETS - 1))
 }
 
 /// Histogram bucket of a wait (the Lua script computes the same).

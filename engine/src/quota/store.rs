@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use super::decision::Usage;
+use super::lane::Priority;
 use super::rule::Limit;
 use super::stats::{BucketKey, BucketStats, RefusalReason};
 
@@ -18,7 +19,10 @@ pub struct DecideArgs {
     pub key: BucketKey,
     pub limit: Limit,
     pub cost: u32,
+    /// The rule's wait ceiling for this call; the store books within the
+    /// lane's horizon ([`Priority::horizon`]) of it.
     pub ceiling: Duration,
+    pub lane: Priority,
     /// Shadow rules: book as if enforced (so the numbers are real) but the
     /// caller will not wait; refusals are recorded as `shadow_blocks`.
     pub shadow: bool,
@@ -100,8 +104,9 @@ pub trait QuotaStore: Send + Sync + fmt::Debug {
     /// Give a concurrency lease back (unknown or expired leases are ignored).
     fn release<'a>(&'a self, key: &'a BucketKey, lease: &'a str) -> StoreResult<'a, ()>;
 
-    /// Count a refusal decided outside the store (no rule, breaker open).
-    fn record_refusal<'a>(&'a self, key: &'a BucketKey, reason: RefusalReason) -> StoreResult<'a, ()>;
+    /// Count a refusal decided outside the store (no rule, breaker open)
+    /// against the request's lane.
+    fn record_refusal<'a>(&'a self, key: &'a BucketKey, reason: RefusalReason, lane: Priority) -> StoreResult<'a, ()>;
 
     /// The counters of one bucket.
     fn stats<'a>(&'a self, key: &'a BucketKey) -> StoreResult<'a, BucketStats>;

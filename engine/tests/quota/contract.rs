@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use sluice_engine::quota::{
-    Limit, LimiterConfig, Outcome, QuotaError, QuotaRequest, RateLimitHeaders, RefusalReason, Rule,
+    Limit, LimiterConfig, Outcome, Priority, QuotaError, QuotaRequest, RateLimitHeaders, RefusalReason, Rule,
 };
 
 use crate::support::{assert_wait, Backend, Harness};
@@ -229,6 +229,91 @@ pub async fn accounts_have_separate_buckets_and_all_are_listed(b: &Backend) {
     assert_eq!(stats.wait_percentile(0.95), Some(Duration::from_millis(1)));
 }
 
+async fn refused_after(h: &Harness, r: &QuotaRequest) -> Duration {
+    match h.limiter.reserve(r).await.expect("reserve") {
+        Outcome::Granted(p) => panic!("granted after {:?}", p.wait),
+        Outcome::Refused(r) => {
+            assert_eq!(r.reason, RefusalReason::WaitCeilingExceeded);
+            r.retry_after.expect("retry_after")
+        }
+    }
+}
+
+pub async fn lanes_book_within_their_own_horizons(b: &Backend) {
+    // 2 per hour, burst 2: one slot every 30 min; normal's ceiling is 1 h 5 s.
+    let h = Harness::new(b, vec![rule("lanes", Limit::token_bucket(2, HOUR, 2))], LimiterConfig::default()).await;
+    let (high, low) = (req().priority(Priority::High), req().priority(Priority::Low));
+    // Low takes what is free now, and nothing ahead.
+    assert_eq!(wait_of(&h, &low).await, Duration::ZERO);
+    assert_eq!(wait_of(&h, &low).await, Duration::ZERO);
+    assert_wait(refused_after(&h, &low).await, HOUR / 2, h.tolerance);
+    // Normal books up to its ceiling…
+    assert_wait(wait_of(&h, &req()).await, HOUR / 2, h.tolerance);
+    assert_wait(wait_of(&h, &req()).await, HOUR, h.tolerance);
+    assert_wait(refused_after(&h, &req()).await, HOUR * 3 / 2, h.tolerance);
+    // …and high one slot beyond it, then no further.
+    assert_wait(wait_of(&h, &high).await, HOUR * 3 / 2, h.tolerance);
+    assert_wait(refused_after(&h, &high).await, 2 * HOUR, h.tolerance);
+    assert_wait(refused_after(&h, &low).await, 2 * HOUR, h.tolerance);
+
+    let key = h.limiter.peek(&req()).await.expect("peek").expect("rule").0;
+    let stats = h.limiter.stats(&key).await.expect("stats");
+    let lane = |p| {
+        let l = stats.lane(p);
+        (l.grants, l.waited, l.refusals)
+    };
+    assert_eq!(lane(Priority::High), (1, 1, 1));
+    assert_eq!(lane(Priority::Normal), (2, 2, 1));
+    assert_eq!(lane(Priority::Low), (2, 0, 2));
+    assert_eq!(stats.lane(Priority::Low).wait_sum_us, 0);
+    assert_eq!(stats.lane(Priority::High).wait_percentile(0.95), stats.wait_percentile(1.0));
+    // A refusal decided elsewhere counts against the request's lane.
+    h.limiter.record_refusal(&high, RefusalReason::BreakerOpen).await.expect("record");
+    assert_eq!(h.limiter.stats(&key).await.expect("stats").lane(Priority::High).refusals, 2);
+}
+
+pub async fn window_lanes_reserve_one_interval_for_high(b: &Backend) {
+    // Two per hour-long window, ceiling 2 h: low takes this window's two,
+    // normal the next two windows', high one window beyond (both its tokens).
+    let h = Harness::new(b, vec![rule("fw", Limit::fixed_window(2, HOUR))], LimiterConfig::default()).await;
+    let r = req().max_wait(2 * HOUR);
+    let (high, low) = (r.clone().priority(Priority::High), r.clone().priority(Priority::Low));
+    for _ in 0..2 {
+        assert_eq!(wait_of(&h, &low).await, Duration::ZERO);
+    }
+    let now = h.store_now().await.as_micros();
+    let hour = HOUR.as_micros() as i64;
+    let next_window = Duration::from_micros(((now.div_euclid(hour) + 1) * hour - now) as u64);
+    assert!(refused_after(&h, &low).await <= next_window);
+    for window in [next_window, next_window + HOUR] {
+        for _ in 0..2 {
+            assert_wait(wait_of(&h, &r).await, window, h.tolerance);
+        }
+    }
+    assert_wait(refused_after(&h, &r).await, next_window + 2 * HOUR, h.tolerance);
+    for _ in 0..2 {
+        assert_wait(wait_of(&h, &high).await, next_window + 2 * HOUR, h.tolerance);
+    }
+    assert_wait(refused_after(&h, &high).await, next_window + 3 * HOUR, h.tolerance);
+
+    // Two per hour, exact; ceiling 1 h 5 s: low takes two now, normal the two
+    // an hour on, high the two after those, an interval beyond normal's reach.
+    let h = Harness::new(b, vec![rule("sl", Limit::sliding_log(2, HOUR))], LimiterConfig::default()).await;
+    let r = req().max_wait(HOUR);
+    let high = r.clone().priority(Priority::High);
+    for _ in 0..2 {
+        assert_eq!(wait_of(&h, &r.clone().priority(Priority::Low)).await, Duration::ZERO);
+    }
+    for _ in 0..2 {
+        assert_wait(wait_of(&h, &r).await, HOUR, h.tolerance);
+    }
+    assert_wait(refused_after(&h, &r).await, 2 * HOUR, h.tolerance);
+    for _ in 0..2 {
+        assert_wait(wait_of(&h, &high).await, 2 * HOUR, h.tolerance);
+    }
+    assert_wait(refused_after(&h, &high).await, 3 * HOUR, h.tolerance);
+}
+
 /// Every case, for backends that run them all in one test (Cluster).
 pub async fn run_all(b: &Backend) {
     token_bucket_gives_the_burst_then_books_at_the_steady_rate(b).await;
@@ -245,6 +330,8 @@ pub async fn run_all(b: &Backend) {
     costs_above_one_spend_several_tokens_and_too_large_costs_are_errors(b).await;
     concurrency_leases_cap_in_flight_requests_and_expire(b).await;
     accounts_have_separate_buckets_and_all_are_listed(b).await;
+    lanes_book_within_their_own_horizons(b).await;
+    window_lanes_reserve_one_interval_for_high(b).await;
 }
 
 /// One `#[tokio::test]` per case for a backend.
@@ -260,7 +347,8 @@ macro_rules! contract_tests {
 }
 
 /// The memory store (Rust math) and Redis (Lua math) give the same answers to
-/// the same pseudo-random operation sequences. Token bucket and sliding log
+/// the same pseudo-random operation sequences, in all three priority lanes,
+/// and count the same per-lane statistics. Token bucket and sliding log
 /// only: they do not depend on where "now" falls (fixed windows are aligned to
 /// the epoch, and Redis's now is not the manual clock's), and the contract
 /// cases above cover fixed windows on both stores.
@@ -289,7 +377,8 @@ pub async fn random_sequences_agree_between_the_rust_and_lua_math() {
                         redis.limiter.observe(&req(), headers).await.expect("observe");
                     }
                     _ => {
-                        let q = req().cost(1 + r % 3).max_wait(5 * HOUR);
+                        let lane = Priority::ALL[(r / 10 % 3) as usize];
+                        let q = req().cost(1 + r % 3).max_wait(5 * HOUR).priority(lane);
                         let a = memory.limiter.reserve(&q).await.expect("reserve");
                         let b = redis.limiter.reserve(&q).await.expect("reserve");
                         match (a, b) {
@@ -302,10 +391,15 @@ pub async fn random_sequences_agree_between_the_rust_and_lua_math() {
                         }
                     }
                 }
-                let a = memory.limiter.peek(&req()).await.expect("peek").expect("rule").1;
+                let (key, a) = memory.limiter.peek(&req()).await.expect("peek").expect("rule");
                 let b = redis.limiter.peek(&req()).await.expect("peek").expect("rule").1;
                 assert_eq!((a.remaining, a.capacity), (b.remaining, b.capacity), "{ctx}");
                 assert_wait(b.next_in, a.next_in, redis.tolerance);
+                let (a, b) = (memory.limiter.stats(&key).await.expect("stats"), redis.limiter.stats(&key).await.expect("stats"));
+                for lane in Priority::ALL {
+                    let (a, b) = (a.lane(lane), b.lane(lane));
+                    assert_eq!((a.grants, a.waited, a.refusals), (b.grants, b.waited, b.refusals), "{ctx} {lane}");
+                }
             }
         }
     }

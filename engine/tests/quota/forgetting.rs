@@ -11,7 +11,7 @@ mod quota_forgetting {
     use proptest::prelude::*;
     use sluice_engine::clock::{ManualClock, SharedClock};
     use sluice_engine::quota::store::{DecideArgs, LeaseArgs, StoreDecision};
-    use sluice_engine::quota::{BucketKey, Limit, MemoryStore, QuotaStore, RuleId};
+    use sluice_engine::quota::{BucketKey, Limit, MemoryStore, Priority, QuotaStore, RuleId};
 
     const MIN: Duration = Duration::from_secs(60);
     const SEC: Duration = Duration::from_secs(1);
@@ -21,7 +21,7 @@ mod quota_forgetting {
     }
 
     fn args(account: &str, limit: Limit) -> DecideArgs {
-        DecideArgs { key: key(account), limit, cost: 1, ceiling: 10 * MIN, shadow: false, lease: None }
+        DecideArgs { key: key(account), limit, cost: 1, ceiling: 10 * MIN, lane: Priority::Normal, shadow: false, lease: None }
     }
 
     /// A store that keeps no statistics beyond need, on a manual clock.
@@ -196,6 +196,7 @@ mod quota_forgetting {
                         let a = DecideArgs {
                             cost: cost.min(limit.capacity()),
                             ceiling: Duration::from_millis(ceiling_ms),
+                            lane: Priority::Normal,
                             lease: lease.map(|l| LeaseArgs { max_in_flight: 2, id: format!("lease_{l}"), ttl: limit.interval }),
                             ..args(accounts[account], limit)
                         };

@@ -29,6 +29,8 @@ macro_rules! all_contract_cases {
             costs_above_one_spend_several_tokens_and_too_large_costs_are_errors,
             concurrency_leases_cap_in_flight_requests_and_expire,
             accounts_have_separate_buckets_and_all_are_listed,
+            lanes_book_within_their_own_horizons,
+            window_lanes_reserve_one_interval_for_high,
         );
     };
 }

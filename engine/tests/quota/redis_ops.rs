@@ -10,7 +10,7 @@ mod quota_redis_ops {
     use sluice_engine::quota::store::{DecideArgs, LeaseArgs};
     use sluice_engine::quota::{
         BucketKey, FallbackStore, LazyRedisStore, Limit, Limiter, LimiterConfig, Outcome, QuotaRequest, QuotaStore,
-        RedisSettings, RedisStore, RefusalReason, Rule, RuleId, RuleRegistry, StoreHealth, StorePolicy,
+        Priority, RedisSettings, RedisStore, RefusalReason, Rule, RuleId, RuleRegistry, StoreHealth, StorePolicy,
     };
 
     use crate::support::{test_redis_url, unique_prefix, Backend, OwnRedis};
@@ -51,6 +51,7 @@ mod quota_redis_ops {
             limit,
             cost: 1,
             ceiling: MIN,
+            lane: Priority::Normal,
             shadow: false,
             lease,
         };
@@ -78,6 +79,7 @@ mod quota_redis_ops {
             limit: Limit::token_bucket(5, MIN, 5),
             cost: 1,
             ceiling: MIN,
+            lane: Priority::Normal,
             shadow: false,
             lease: None,
         }

@@ -109,6 +109,23 @@ local function save()
   if algo == 'sliding_log' then redis.call('PEXPIRE', logk, ttl) end
 end
 
+-- Priority lanes (engine/src/quota/lane.rs): high may book one slot of its
+-- size beyond the ceiling, low only what is free now, normal the ceiling.
+local function lane_horizon(lane, ceiling, cost)
+  if lane == 'high' then
+    if algo == 'token_bucket' then return ceiling + inc(cost) end
+    return ceiling + w
+  elseif lane == 'low' then
+    return 0
+  end
+  return ceiling
+end
+
+-- Besides the totals, high and low count their own (normal's are the rest).
+local function lane_stat(lane, field, by)
+  if lane ~= 'normal' then stat(lane .. ':' .. field, by) end
+end
+
 local function block_until(untl)
   if algo == 'token_bucket' then
     tat = math.max(tat, untl - inc(1) + span)
@@ -135,29 +152,37 @@ end
 if op == 'decide' then
   local cost, ceiling, shadow = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9] == '1'
   local lmax, lid, lttl = tonumber(ARGV[10]), ARGV[11], tonumber(ARGV[12])
+  local lane = ARGV[13] or 'normal'
   touch_stats()
   if lmax > 0 then
     redis.call('ZREMRANGEBYSCORE', leasek, '-inf', s(now))
     if not redis.call('ZSCORE', leasek, lid) and redis.call('ZCARD', leasek) >= lmax then
       stat('refused:concurrency_limit', 1)
+      lane_stat(lane, 'refused', 1)
       if shadow then stat('shadow_blocks', 1) end
       return {0, 'concurrency_limit', -1}
     end
   end
   local at = earliest(cost)
   local wait = at - now
-  if wait > ceiling then
+  if wait > lane_horizon(lane, ceiling, cost) then
     stat('refused:wait_ceiling_exceeded', 1)
+    lane_stat(lane, 'refused', 1)
     if shadow then stat('shadow_blocks', 1) end
     return {0, 'wait_ceiling_exceeded', wait}
   end
   book(at, cost)
   save()
+  local b = wait_bucket(wait)
   stat('grants', 1)
   stat('wait_sum_us', wait)
-  stat('w' .. wait_bucket(wait), 1)
+  stat('w' .. b, 1)
+  lane_stat(lane, 'grants', 1)
+  lane_stat(lane, 'wait_sum_us', wait)
+  lane_stat(lane, 'w' .. b, 1)
   if wait >= 1000 then
     stat('waited', 1)
+    lane_stat(lane, 'waited', 1)
     if shadow then stat('shadow_blocks', 1) end
   end
   local lease = ''
@@ -207,6 +232,7 @@ elseif op == 'release' then
   return redis.call('ZREM', leasek, ARGV[7])
 elseif op == 'refuse' then
   stat('refused:' .. ARGV[7], 1)
+  lane_stat(ARGV[8] or 'normal', 'refused', 1)
   touch_stats()
   return 1
 end

@@ -160,11 +160,33 @@ def test_rate_limit_headers_of_a_success_are_observed_and_plain_successes_cost_n
     assert observed is not None and observed.observed
 
 
+def test_low_takes_only_a_free_permit_and_high_books_one_slot_beyond_normal(sluice: Sluice, admin: Sluice, pauses: Recorder) -> None:
+    scope = rule(admin, tokens=1, interval_ms=60_000)
+    low = Target(scope=scope, path="/feed", account="lanes", priority="low")
+    assert sluice.permit(low).waited_ms == 0
+    with pytest.raises(Refused) as refused:
+        sluice.permit(low)
+    assert refused.value.reason == "wait_ceiling_exceeded"
+    # Normal books the next two minutes (its ceiling is 2 × 60 s + 5 s)…
+    normal = Target(scope=scope, path="/feed", account="lanes")
+    sluice.permit(normal)
+    sluice.permit(normal)
+    with pytest.raises(Refused):
+        sluice.permit(normal)
+    # …and high the minute after, which normal may not take.
+    high = Target(scope=scope, path="/feed", account="lanes", priority="high")
+    assert 179_000 <= sluice.permit(high).waited_ms <= 180_000
+    assert len(pauses.pauses) == 3
+
+
 def test_a_422_names_each_invalid_field(sluice: Sluice) -> None:
     with pytest.raises(SluiceError) as error:
         sluice.permit(Target(scope="", path="relative"))
     assert error.value.status == 422
     assert [f.field for f in error.value.fields] == ["scope", "path"]
+    with pytest.raises(SluiceError) as error:
+        sluice.permit(Target(scope="s", path="/p", priority="urgent"))
+    assert (error.value.status, [f.field for f in error.value.fields]) == (422, ["priority"])
 
 
 def test_the_same_event_key_twice_stores_one_event(sluice: Sluice, admin: Sluice) -> None:

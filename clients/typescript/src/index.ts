@@ -14,6 +14,12 @@ export interface Target {
   path: string;
   method?: string;
   account?: string;
+  /**
+   * The call's lane (server default `normal`). `low` takes a permit only when
+   * one is free now (send bulk syncs as low); `high` may book one slot beyond
+   * what `normal` may.
+   */
+  priority?: "high" | "normal" | "low";
 }
 
 export interface FieldError {
@@ -148,6 +154,7 @@ function body(target: Target): Record<string, unknown> {
   const out: Record<string, unknown> = { scope: target.scope, path: target.path };
   if (target.method !== undefined) out.method = target.method;
   if (target.account !== undefined) out.account = target.account;
+  if (target.priority !== undefined) out.priority = target.priority;
   return out;
 }
 

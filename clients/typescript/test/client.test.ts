@@ -82,11 +82,29 @@ test("a 429 response blocks the bucket for its Retry-After; an unreadable one is
   assert.equal((await sluice.penalty(other, 200, new Headers({ "x-ratelimit-remaining": "0", "x-ratelimit-reset": "20" })))?.observed, true);
 });
 
+test("low takes only a free permit and high books one slot beyond normal", { skip }, async () => {
+  const { sluice, pauses } = client();
+  const target: Target = { scope: await rule(1, 60_000), path: "/feed", account: "lanes" };
+  assert.equal((await sluice.permit({ ...target, priority: "low" })).waitedMs, 0);
+  await assert.rejects(sluice.permit({ ...target, priority: "low" }), (e: unknown) => e instanceof Refused && e.reason === "wait_ceiling_exceeded");
+  // Normal books the next two minutes (its ceiling is 2 × 60 s + 5 s), high the minute after.
+  await sluice.permit(target);
+  await sluice.permit(target);
+  await assert.rejects(sluice.permit(target), (e: unknown) => e instanceof Refused);
+  const high = await sluice.permit({ ...target, priority: "high" });
+  assert.ok(high.waitedMs >= 179_000 && high.waitedMs <= 180_000, `${high.waitedMs}`);
+  assert.equal(pauses.length, 3);
+});
+
 test("a 422 names each invalid field", { skip }, async () => {
   const { sluice } = client();
   await assert.rejects(
     sluice.permit({ scope: "", path: "relative" }),
     (e: unknown) => e instanceof SluiceError && e.status === 422 && e.fields.map((f) => f.field).join() === "scope,path",
+  );
+  await assert.rejects(
+    sluice.permit({ scope: "s", path: "/p", priority: "urgent" as "high" }),
+    (e: unknown) => e instanceof SluiceError && e.status === 422 && e.fields.map((f) => f.field).join() === "priority",
   );
 });
 

@@ -108,13 +108,52 @@ async fn an_invalid_rule_names_each_field_with_the_limits_page_message() {
 }
 
 #[tokio::test]
+async fn a_permit_asks_in_its_lane_and_the_other_quota_endpoints_accept_and_ignore_it() {
+    let api = spawn_api(Mode::Embedded).await;
+    let account = format!("lanes-{}", ulid::Ulid::new());
+    // One a minute as a token bucket (no window edge to land on): ceiling 2 min 5 s.
+    let scope = format!("lanes{}", ulid::Ulid::new()).to_lowercase();
+    let rule = json!({"scope": scope, "tokens": 1, "interval_ms": 60_000, "algorithm": "token_bucket", "burst": 1});
+    let (status, _, body) = api.call(Method::POST, "/api/v1/limits", Some(&api.admin), Some(rule)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let ask = |priority: &str| json!({"account": account, "scope": scope, "method": "GET", "path": "/x", "priority": priority});
+    let wait = |body: &Value| body["wait_ms"].as_u64();
+    let (status, _, body) = api.post("/api/v1/permits", ask("low")).await;
+    assert_eq!((status, wait(&body)), (StatusCode::OK, Some(0)), "{body}");
+    let (status, _, body) = api.post("/api/v1/permits", ask("low")).await;
+    assert_eq!((status, body["reason"].as_str()), (StatusCode::TOO_MANY_REQUESTS, Some("wait_ceiling_exceeded")), "low books nothing ahead: {body}");
+    for _ in 0..2 {
+        assert_eq!(api.post("/api/v1/permits", ask("normal")).await.0, StatusCode::OK);
+    }
+    assert_eq!(api.post("/api/v1/permits", ask("normal")).await.0, StatusCode::TOO_MANY_REQUESTS);
+    let (status, _, body) = api.post("/api/v1/permits", ask("high")).await;
+    assert_eq!(status, StatusCode::OK, "high books one slot beyond normal: {body}");
+    assert!(wait(&body).is_some_and(|ms| (179_000..=180_000).contains(&ms)), "{body}");
+    // Penalties and breaker calls take the field and ignore it; a bad value is still named.
+    let mut penalty = ask("high");
+    penalty["status_429"] = json!(true);
+    let (status, _, body) = api.post("/api/v1/penalties", penalty.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    penalty["priority"] = json!("urgent");
+    let (status, _, body) = api.post("/api/v1/penalties", penalty).await;
+    assert_error(status, &body, StatusCode::UNPROCESSABLE_ENTITY, "invalid_input");
+    assert_eq!(fields(&body)[0].0, "priority", "{body}");
+    let admit = json!({"account": account, "scope": scope, "priority": "low"});
+    assert_eq!(api.post("/api/v1/upstream-breakers/admit", admit).await.0, StatusCode::OK);
+    let report = json!({"account": account, "scope": scope, "status": 200, "priority": "nope"});
+    let (status, _, body) = api.post("/api/v1/upstream-breakers/report", report).await;
+    assert_error(status, &body, StatusCode::UNPROCESSABLE_ENTITY, "invalid_input");
+    assert_eq!(fields(&body)[0].0, "priority", "{body}");
+}
+
+#[tokio::test]
 async fn a_bad_permit_names_every_invalid_field_at_once() {
     let api = spawn_api(Mode::Embedded).await;
-    let bad = json!({"scope": "", "path": "relative", "max_wait_ms": 99_999_999});
+    let bad = json!({"scope": "", "path": "relative", "max_wait_ms": 99_999_999, "priority": "urgent"});
     let (status, _, body) = api.post("/api/v1/permits", bad).await;
     assert_error(status, &body, StatusCode::UNPROCESSABLE_ENTITY, "invalid_input");
     let names: Vec<String> = fields(&body).into_iter().map(|(f, _)| f).collect();
-    assert_eq!(names, ["scope", "path", "max_wait_ms"], "{body}");
+    assert_eq!(names, ["scope", "path", "priority", "max_wait_ms"], "{body}");
 
     let (status, _, body) = api.post("/api/v1/permits", json!({"scope": "vtex_pricing", "path": "/p", "cost": "one"})).await;
     assert_error(status, &body, StatusCode::UNPROCESSABLE_ENTITY, "invalid_body");

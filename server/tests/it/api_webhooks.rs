@@ -271,6 +271,9 @@ async fn metrics_show_decisions_by_reason_waits_penalties_the_queue_and_breakers
     assert_eq!(status, StatusCode::OK);
     let no_rule = json!({"scope": "nowhere", "method": "GET", "path": "/x"});
     api.post("/api/v1/permits", no_rule).await;
+    let mut low = permit.clone();
+    low["priority"] = json!("low");
+    api.post("/api/v1/permits", low).await;
     let mut penalty = permit.clone();
     penalty["status_429"] = json!(true);
     let (status, _, body) = api.post("/api/v1/penalties", penalty).await;
@@ -279,8 +282,11 @@ async fn metrics_show_decisions_by_reason_waits_penalties_the_queue_and_breakers
     post_events(&api, &shop, 2).await;
 
     let text = api.app.get("/metrics").await.text().await.expect("metrics");
-    let granted = sample(&text, "sluice_quota_decisions_total", &["scope=\"wb_feeds\"", "result=\"granted\""]);
+    let granted = sample(&text, "sluice_quota_decisions_total", &["scope=\"wb_feeds\"", "lane=\"normal\"", "result=\"granted\""]);
     assert!(granted.is_some_and(|n| n >= 1.0), "{text}");
+    // One a minute: the first permit took it, so a low request is refused at once.
+    let low = sample(&text, "sluice_quota_decisions_total", &["scope=\"wb_feeds\"", "lane=\"low\"", "result=\"refused\""]);
+    assert!(low.is_some_and(|n| n >= 1.0), "{text}");
     let refused = sample(&text, "sluice_quota_decisions_total", &["scope=\"_none\"", "reason=\"no_rule\""]);
     assert!(refused.is_some_and(|n| n >= 1.0), "a request no rule governs is counted under _none: {text}");
     assert!(!text.contains("scope=\"nowhere\""), "request text never becomes a label");

@@ -29,12 +29,18 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Target:
-    """Which upstream call is meant; resolves to one limit rule on the server."""
+    """Which upstream call is meant; resolves to one limit rule on the server.
+
+    ``priority`` is the call's lane: ``"high"``, ``"normal"`` (the server's
+    default) or ``"low"``. Low takes a permit only when one is free now (send
+    bulk syncs as low); high may book one slot beyond what normal may.
+    """
 
     scope: str
     path: str
     method: Optional[str] = None
     account: Optional[str] = None
+    priority: Optional[str] = None
 
     def body(self) -> dict[str, Any]:
         out: dict[str, Any] = {"scope": self.scope, "path": self.path}
@@ -42,6 +48,8 @@ class Target:
             out["method"] = self.method
         if self.account is not None:
             out["account"] = self.account
+        if self.priority is not None:
+            out["priority"] = self.priority
         return out
 
 

@@ -66,6 +66,9 @@ pub struct PenaltyIn {
     /// The upstream's `X-RateLimit-Reset`: seconds from now, or Unix seconds (above 10^9).
     #[schema(value_type = Option<String>, example = "12")]
     pub rate_limit_reset: Option<HeaderIn>,
+    /// Accepted (so a worker can send its permit's fields) and ignored: a 429 blocks every lane.
+    #[schema(schema_with = super::quota_input::priority_schema)]
+    pub priority: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -86,7 +89,8 @@ pub struct PenaltyOut {
 pub async fn create_penalty(State(state): State<AppState>, caller: Caller, Json(input): Json<PenaltyIn>) -> Result<Json<PenaltyOut>, ApiError> {
     caller.require(ApiScope::Worker)?;
     let now = state.clock.now();
-    let target = TargetIn { account: input.account, scope: input.scope, method: input.method, path: input.path };
+    let (account, scope, method, path, priority) = (input.account, input.scope, input.method, input.path, input.priority);
+    let target = TargetIn { account, scope, method, path, priority };
     let mut problems = target.problems();
     let retry_after = input.retry_after.as_ref().and_then(|v| match parse_retry_after(&v.text(), now) {
         Ok(wait) => Some(wait),

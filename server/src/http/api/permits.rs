@@ -30,7 +30,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({
-    "account": "seller-42", "scope": "vtex_pricing", "method": "PUT", "path": "/api/pricing/prices/42", "cost": 1, "max_wait_ms": 5000
+    "account": "seller-42", "scope": "vtex_pricing", "method": "PUT", "path": "/api/pricing/prices/42", "cost": 1, "max_wait_ms": 5000,
+    "priority": "high"
 }))]
 pub struct PermitIn {
     #[schema(schema_with = super::quota_input::account_schema)]
@@ -48,6 +49,8 @@ pub struct PermitIn {
     /// Hold the HTTP request for the booked wait instead of returning it.
     #[serde(default)]
     pub hold: bool,
+    #[schema(schema_with = super::quota_input::priority_schema)]
+    pub priority: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -95,11 +98,12 @@ pub fn ceil_millis(d: Duration) -> u64 {
             the upstream breaker of this account and scope is open); see Retry-After", body = RefusalOut,
             headers(("Retry-After" = u64, description = "Seconds until a permit may be granted, rounded up"))),
         (status = 503, description = "Quota store unavailable (reason `store_unavailable`)", body = RefusalOut),
-        (status = 422, description = "No rule (`no_rule`), bad cost (`invalid_cost`), account (`invalid_account`) or other field (`invalid_input`)", body = ValidationErrorOut),
+        (status = 422, description = "No rule (`no_rule`), bad cost (`invalid_cost`), account (`invalid_account`) or other field (`invalid_input`, e.g. a `priority` other than high, normal, low)", body = ValidationErrorOut),
     ))]
 pub async fn create_permit(State(state): State<AppState>, caller: Caller, Json(input): Json<PermitIn>) -> Result<Response, ApiError> {
     caller.require(ApiScope::Worker)?;
-    let target = TargetIn { account: input.account, scope: input.scope, method: input.method, path: input.path };
+    let (account, scope, method, path, priority) = (input.account, input.scope, input.method, input.path, input.priority);
+    let target = TargetIn { account, scope, method, path, priority };
     let mut problems = target.problems();
     if input.max_wait_ms.is_some_and(|ms| ms > MAX_WAIT_MS) {
         problems.push(FieldError::new("max_wait_ms", format!("must be at most {MAX_WAIT_MS}")));

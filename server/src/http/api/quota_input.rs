@@ -3,7 +3,7 @@
 
 use axum::http::StatusCode;
 use serde::Deserialize;
-use sluice_engine::quota::{QuotaError, QuotaRequest};
+use sluice_engine::quota::{Priority, QuotaError, QuotaRequest};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, FieldError};
@@ -20,6 +20,8 @@ pub struct TargetIn {
     pub method: Option<String>,
     /// Concrete path of the upstream call.
     pub path: String,
+    #[schema(schema_with = super::quota_input::priority_schema)]
+    pub priority: Option<String>,
 }
 
 impl TargetIn {
@@ -32,13 +34,17 @@ impl TargetIn {
         if !self.path.starts_with('/') || self.path.len() > 2048 {
             problems.push(FieldError::new("path", "must start with '/' and be at most 2048 characters"));
         }
+        if parse_priority(self.priority.as_deref()).is_err() {
+            problems.push(priority_problem());
+        }
         problems
     }
 
     /// The limiter's request, once [`TargetIn::problems`] found none.
     pub fn request(&self) -> QuotaRequest {
         let method = self.method.as_deref().unwrap_or("").to_ascii_uppercase();
-        let mut req = QuotaRequest::new(&self.scope, method, &self.path);
+        let priority = parse_priority(self.priority.as_deref()).unwrap_or_default();
+        let mut req = QuotaRequest::new(&self.scope, method, &self.path).priority(priority);
         if let Some(account) = &self.account {
             req = req.account(account);
         }
@@ -64,6 +70,29 @@ pub fn account_schema() -> utoipa::openapi::Object {
             "The upstream account (a seller, a shop) whose quota this spends. {}",
             sluice_engine::account::ACCOUNT_RULE
         )))
+        .build()
+}
+
+/// The lane a request names; `normal` when it names none.
+pub fn parse_priority(priority: Option<&str>) -> Result<Priority, sluice_engine::quota::lane::InvalidPriority> {
+    priority.map_or(Ok(Priority::Normal), str::parse)
+}
+
+pub fn priority_problem() -> FieldError {
+    FieldError::new("priority", "must be one of high, normal, low")
+}
+
+/// The schema of every `priority` field.
+pub fn priority_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(Priority::ALL.map(Priority::as_str)))
+        .default(Some(serde_json::json!("normal")))
+        .description(Some(
+            "The lane of the request (docs/limiter.md, Priority lanes): `normal` books ahead up to the wait \
+             ceiling, `high` one slot beyond it, `low` takes a permit only when one is free now. Accepted and \
+             ignored where it does not apply (penalties, breaker reports).",
+        ))
         .build()
 }
 

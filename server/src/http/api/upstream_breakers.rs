@@ -38,6 +38,9 @@ pub struct AdmitIn {
     pub account: Option<String>,
     /// API scope, the same as in permits (1–128 characters, no braces).
     pub scope: String,
+    /// Accepted and ignored: a breaker admits every lane alike.
+    #[schema(schema_with = super::quota_input::priority_schema)]
+    pub priority: Option<String>,
 }
 
 /// A breaker's phase.
@@ -149,6 +152,9 @@ pub struct ReportIn {
     /// Instead of `status`, when there was no response. `connect`, `timeout`
     /// and `network` count as failures.
     pub error: Option<CallErrorIn>,
+    /// Accepted and ignored: a breaker counts every lane alike.
+    #[schema(schema_with = super::quota_input::priority_schema)]
+    pub priority: Option<String>,
 }
 
 /// How a report was counted.
@@ -182,6 +188,13 @@ pub struct UpstreamResetIn {
 pub struct UpstreamResetOut {
     pub before: UpstreamBreakerOut,
     pub after: UpstreamBreakerOut,
+}
+
+/// A `priority` the endpoint ignores must still be a lane's name.
+fn ignored_priority(priority: Option<&str>) -> Result<(), ApiError> {
+    super::quota_input::parse_priority(priority)
+        .map(drop)
+        .map_err(|_| ApiError::invalid_fields("invalid_input", vec![super::quota_input::priority_problem()]))
 }
 
 /// The breaker key, or a 422 naming the field.
@@ -233,6 +246,7 @@ pub async fn list_upstream_breakers(State(state): State<AppState>, caller: Calle
 pub async fn admit_upstream_call(State(state): State<AppState>, caller: Caller, Json(input): Json<AdmitIn>) -> Result<Response, ApiError> {
     caller.require(ApiScope::Worker)?;
     let key = breaker_key(input.account.as_deref(), &input.scope)?;
+    ignored_priority(input.priority.as_deref())?;
     let admitted = state.upstream_breakers.admit_with_state(&key).await.map_err(breaker_error)?;
     let decision = match admitted.admission {
         UpstreamAdmission::Allowed => AdmissionDecision::Closed,
@@ -265,6 +279,7 @@ pub async fn admit_upstream_call(State(state): State<AppState>, caller: Caller, 
 pub async fn report_upstream_outcome(State(state): State<AppState>, caller: Caller, Json(input): Json<ReportIn>) -> Result<Json<ReportOut>, ApiError> {
     caller.require(ApiScope::Worker)?;
     let key = breaker_key(input.account.as_deref(), &input.scope)?;
+    ignored_priority(input.priority.as_deref())?;
     let counted_as = match (input.status, input.error) {
         (Some(status), None) if (100..=599).contains(&status) => {
             if status >= 500 { CountedAs::Failure } else { CountedAs::Success }

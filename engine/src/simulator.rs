@@ -13,6 +13,15 @@
 //!
 //! It reuses the limiter's pure decision code, so what it shows is what the
 //! limiter does.
+//!
+//! Two lanes: every n-th request of the queue may be *important* (a price
+//! correction among routine stock syncs). Without lanes the shared limiter
+//! books the queue in order, so the first important request waits for every
+//! routine one ahead of it. With lanes (shared limiter only) the important
+//! requests ask as `high` and the routine ones as `low`: low requests take a
+//! permit only when one is free now (a refused one asks again at its
+//! `retry_after`), so they never hold the slots the important ones need. The
+//! report gives the first important permit both ways.
 
 use std::time::Duration;
 
@@ -20,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::quota::decision::{decide, BucketState, Decision};
+use crate::quota::lane::Priority;
 use crate::quota::rule::{Limit, RuleError};
 
 /// How the workers are limited.
@@ -42,6 +52,20 @@ pub struct SimulationInput {
     pub queue: u32,
     /// Common pause before any worker starts.
     pub initial_pause: Duration,
+    /// Every n-th request of the queue (the n-th, the 2n-th, …) is
+    /// important; 0: none is.
+    #[serde(default)]
+    pub important_every: u32,
+    /// Important requests ask as `high`, the others as `low` (needs the
+    /// shared limiter); otherwise every request is `normal`.
+    #[serde(default)]
+    pub lanes: bool,
+}
+
+impl SimulationInput {
+    fn important(&self, request: u32) -> bool {
+        self.important_every > 0 && (request + 1) % self.important_every == 0
+    }
 }
 
 /// One permit of the schedule.
@@ -55,6 +79,17 @@ pub struct SimulatedPermit {
     pub at: Duration,
     /// The upstream would refuse it (429).
     pub over_limit: bool,
+    /// One of the queue's important requests.
+    pub important: bool,
+}
+
+/// When the first important request gets its permit, from second zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FirstImportant {
+    /// Every request `normal`: the queue is booked in order.
+    pub without_lanes: Duration,
+    /// Important requests `high`, the others `low`; `None` with local limits.
+    pub with_lanes: Option<Duration>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +100,8 @@ pub struct SimulationReport {
     /// From second zero to the last permit (initial pause included): how stale
     /// the last record is when its update goes out.
     pub drain_time: Duration,
+    /// `None` when no request is important.
+    pub first_important: Option<FirstImportant>,
 }
 
 impl SimulationReport {
@@ -90,6 +127,8 @@ pub enum SimulationError {
     Upstream(#[source] RuleError),
     #[error("worker limit {0}")]
     WorkerLimit(#[source] RuleError),
+    #[error("lanes: need the shared limiter (local limits know no lanes)")]
+    LanesNeedSharedLimiter,
 }
 
 /// Simulate the schedule. Pure: same input, same report.
@@ -106,32 +145,28 @@ pub fn simulate(input: &SimulationInput) -> Result<SimulationReport, SimulationE
         WorkerMode::SharedLimiter(l) => (l, true),
     };
     worker_limit.validate().map_err(SimulationError::WorkerLimit)?;
-
-    let start = Timestamp::EPOCH + input.initial_pause;
-    let forever = Duration::from_secs(u64::from(u32::MAX));
-    let mut states = vec![BucketState::default(); if shared { 1 } else { input.workers as usize }];
-    let mut next_worker = 0u32;
-    let mut permits = Vec::with_capacity(input.queue as usize);
-    for request in 0..input.queue {
-        let (worker, wait) = if shared {
-            // Workers take turns; the shared limiter alone decides the time.
-            let w = next_worker;
-            next_worker = (next_worker + 1) % input.workers;
-            (w, granted(decide(&mut states[0], start, &worker_limit, 1, forever)))
-        } else {
-            let mut best: Option<(u32, Duration)> = None;
-            for (w, state) in states.iter().enumerate() {
-                let wait = granted(decide(&mut state.clone(), start, &worker_limit, 1, forever));
-                if best.is_none_or(|(_, b)| wait < b) {
-                    best = Some((w as u32, wait));
-                }
-            }
-            let (w, _) = best.unwrap_or((0, Duration::ZERO));
-            (w, granted(decide(&mut states[w as usize], start, &worker_limit, 1, forever)))
-        };
-        let at = input.initial_pause + wait;
-        permits.push(SimulatedPermit { request, worker, at, over_limit: false });
+    if input.lanes && !shared {
+        return Err(SimulationError::LanesNeedSharedLimiter);
     }
+
+    let mut permits = if input.lanes {
+        lanes_schedule(input, &worker_limit)
+    } else {
+        in_order_schedule(input, &worker_limit, shared)
+    };
+    // The schedule shown, and the other one for comparison.
+    let first = |permits: &[SimulatedPermit]| permits.iter().filter(|p| p.important).map(|p| p.at).min();
+    let first_important = first(&permits).map(|shown| FirstImportant {
+        without_lanes: match input.lanes {
+            true => first(&in_order_schedule(input, &worker_limit, shared)).unwrap_or(shown),
+            false => shown,
+        },
+        with_lanes: match (input.lanes, shared) {
+            (true, _) => Some(shown),
+            (false, true) => first(&lanes_schedule(input, &worker_limit)),
+            (false, false) => None,
+        },
+    });
 
     // Replay against the upstream in time order (stable: queue order on ties).
     let mut order: Vec<usize> = (0..permits.len()).collect();
@@ -146,7 +181,70 @@ pub fn simulate(input: &SimulationInput) -> Result<SimulationReport, SimulationE
         }
     }
     let drain_time = permits.iter().map(|p| p.at).max().unwrap_or(input.initial_pause);
-    Ok(SimulationReport { permits, over_limit, drain_time })
+    Ok(SimulationReport { permits, over_limit, drain_time, first_important })
+}
+
+/// Longer than any wait a validated limit can book: "no ceiling".
+const FOREVER: Duration = Duration::from_secs(u32::MAX as u64);
+
+/// Every request `normal`, booked in queue order: with a shared limiter the
+/// workers take turns and the limiter alone decides the time; with local
+/// limits each request goes to the worker that can send it soonest.
+fn in_order_schedule(input: &SimulationInput, worker_limit: &Limit, shared: bool) -> Vec<SimulatedPermit> {
+    let start = Timestamp::EPOCH + input.initial_pause;
+    let mut states = vec![BucketState::default(); if shared { 1 } else { input.workers as usize }];
+    let mut permits = Vec::with_capacity(input.queue as usize);
+    for request in 0..input.queue {
+        let (worker, wait) = if shared {
+            (request % input.workers, granted(decide(&mut states[0], start, worker_limit, 1, FOREVER)))
+        } else {
+            let mut best: Option<(u32, Duration)> = None;
+            for (w, state) in states.iter().enumerate() {
+                let wait = granted(decide(&mut state.clone(), start, worker_limit, 1, FOREVER));
+                if best.is_none_or(|(_, b)| wait < b) {
+                    best = Some((w as u32, wait));
+                }
+            }
+            let (w, _) = best.unwrap_or((0, Duration::ZERO));
+            (w, granted(decide(&mut states[w as usize], start, worker_limit, 1, FOREVER)))
+        };
+        let at = input.initial_pause + wait;
+        permits.push(SimulatedPermit { request, worker, at, over_limit: false, important: input.important(request) });
+    }
+    permits
+}
+
+/// Important requests `high` (booked at once, in queue order), the others
+/// `low`: each asks when the previous one got its permit and, refused, again
+/// at its `retry_after`, so it takes only slots that are free at that moment.
+fn lanes_schedule(input: &SimulationInput, limit: &Limit) -> Vec<SimulatedPermit> {
+    let start = Timestamp::EPOCH + input.initial_pause;
+    let mut state = BucketState::default();
+    let mut at = vec![Duration::ZERO; input.queue as usize];
+    let high = Priority::High.horizon(limit, 1, FOREVER);
+    for request in (0..input.queue).filter(|&r| input.important(r)) {
+        at[request as usize] = granted(decide(&mut state, start, limit, 1, high));
+    }
+    let mut now = start;
+    for request in (0..input.queue).filter(|&r| !input.important(r)) {
+        let low = Priority::Low.horizon(limit, 1, FOREVER);
+        loop {
+            match decide(&mut state, now, limit, 1, low) {
+                Decision::Granted { .. } => break,
+                Decision::Refused { retry_after } => now = now + retry_after,
+            }
+        }
+        at[request as usize] = now.saturating_duration_since(start);
+    }
+    (0..input.queue)
+        .map(|request| SimulatedPermit {
+            request,
+            worker: request % input.workers,
+            at: input.initial_pause + at[request as usize],
+            over_limit: false,
+            important: input.important(request),
+        })
+        .collect()
 }
 
 fn granted(d: Decision) -> Duration {
@@ -167,15 +265,22 @@ mod tests {
         report.permits.iter().map(|p| p.at.as_secs()).collect()
     }
 
-    #[test]
-    fn four_workers_with_local_limits_send_twelve_into_one_window_of_three() {
-        let input = SimulationInput {
+    /// Four workers with a local limit of 3 per 10 s each, 12 requests ready.
+    fn four_local_workers() -> SimulationInput {
+        SimulationInput {
             upstream: Limit::fixed_window(3, TEN),
             workers: 4,
             mode: WorkerMode::LocalLimits(Limit::fixed_window(3, TEN)),
             queue: 12,
             initial_pause: Duration::ZERO,
-        };
+            important_every: 0,
+            lanes: false,
+        }
+    }
+
+    #[test]
+    fn four_workers_with_local_limits_send_twelve_into_one_window_of_three() {
+        let input = four_local_workers();
         let report = simulate(&input).expect("valid input");
         assert_eq!(at_secs(&report), vec![0; 12]);
         assert_eq!(report.over_limit, 9);
@@ -193,6 +298,8 @@ mod tests {
             mode: WorkerMode::SharedLimiter(Limit::fixed_window(3, TEN)),
             queue: 12,
             initial_pause: Duration::from_secs(4),
+            important_every: 0,
+            lanes: false,
         };
         let report = simulate(&input).expect("valid input");
         // The pause ends at 4 s, inside the first window, which still has 3 slots.
@@ -211,6 +318,8 @@ mod tests {
             mode: WorkerMode::LocalLimits(upstream),
             queue: 6,
             initial_pause: Duration::ZERO,
+            important_every: 0,
+            lanes: false,
         };
         let report = simulate(&input).expect("valid input");
         assert_eq!(at_secs(&report), vec![0, 0, 0, 0, 0, 0]);
@@ -221,6 +330,42 @@ mod tests {
     }
 
     #[test]
+    fn with_lanes_the_first_important_request_gets_the_next_free_slot() {
+        // 40 per second (one every 25 ms), 8 workers, 10 000 routine syncs with
+        // every 1 000th an important price correction.
+        let limit = Limit::token_bucket(40, Duration::from_secs(1), 40);
+        let input = SimulationInput {
+            upstream: limit,
+            workers: 8,
+            mode: WorkerMode::SharedLimiter(limit),
+            queue: 10_000,
+            initial_pause: Duration::ZERO,
+            important_every: 1000,
+            lanes: false,
+        };
+        let in_order = simulate(&input).expect("valid input");
+        // Request 999 is booked behind 999 others: 40 at once, then one every 25 ms.
+        let expected = Duration::from_millis(25 * (999 - 39));
+        assert_eq!(in_order.first_important, Some(FirstImportant { without_lanes: expected, with_lanes: Some(Duration::ZERO) }));
+
+        let lanes = simulate(&SimulationInput { lanes: true, ..input }).expect("valid input");
+        assert_eq!(lanes.first_important, in_order.first_important);
+        let important: Vec<Duration> = lanes.permits.iter().filter(|p| p.important).map(|p| p.at).collect();
+        assert_eq!(important.len(), 10);
+        assert!(important.iter().all(|&at| at == Duration::ZERO), "{important:?}");
+        // Lanes change the order, not the total: the same drain time, nothing over the limit.
+        assert_eq!((lanes.over_limit, lanes.drain_time), (0, in_order.drain_time));
+    }
+
+    #[test]
+    fn lanes_need_the_shared_limiter() {
+        let input = SimulationInput { important_every: 4, lanes: true, ..four_local_workers() };
+        assert_eq!(simulate(&input), Err(SimulationError::LanesNeedSharedLimiter));
+        let report = simulate(&SimulationInput { lanes: false, ..input }).expect("valid input");
+        assert_eq!(report.first_important, Some(FirstImportant { without_lanes: Duration::ZERO, with_lanes: None }));
+    }
+
+    #[test]
     fn bad_input_gets_a_clear_error() {
         let input = SimulationInput {
             upstream: Limit::fixed_window(0, TEN),
@@ -228,6 +373,8 @@ mod tests {
             mode: WorkerMode::SharedLimiter(Limit::fixed_window(3, TEN)),
             queue: 12,
             initial_pause: Duration::ZERO,
+            important_every: 0,
+            lanes: false,
         };
         assert_eq!(simulate(&input), Err(SimulationError::Upstream(RuleError::Tokens)));
         assert_eq!(simulate(&SimulationInput { workers: 0, ..input }), Err(SimulationError::Workers));

@@ -297,6 +297,28 @@ async fn the_simulator_reproduces_seed_003() {
 }
 
 #[tokio::test]
+async fn the_simulator_shows_when_the_first_important_request_gets_its_permit_with_and_without_lanes() {
+    let app = spawn_app(Mode::Embedded).await;
+    let viewer = app.signed_in(Role::Viewer).await;
+    // 3 per 10 s, one shared limiter, 12 ready, every 6th important (requests 6 and 12).
+    let mut fields = vec![
+        ("upstream_tokens", "3"), ("window", "10s"), ("workers", "4"), ("local_tokens", "3"), ("queue", "12"),
+        ("pause", "0"), ("algorithm", "fixed_window"), ("mode", "shared"), ("important_every", "6"),
+    ];
+    let (status, body) = json(app.call(&viewer, "/ui/simulator/run", &fields).await).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // In queue order the 6th request goes in the second window; with lanes in the first.
+    assert_eq!((body["Ok"]["first_important_without_lanes_ms"].as_u64(), body["Ok"]["first_important_with_lanes_ms"].as_u64()), (Some(10_000), Some(0)), "{body}");
+    fields.push(("lanes", "on"));
+    let (_, body) = json(app.call(&viewer, "/ui/simulator/run", &fields).await).await;
+    assert_eq!((body["Ok"]["over_limit"].as_u64(), body["Ok"]["drain_ms"].as_u64()), (Some(0), Some(30_000)), "the same total: {body}");
+    // Lanes need the shared limiter.
+    fields[7] = ("mode", "local");
+    let (_, body) = json(app.call(&viewer, "/ui/simulator/run", &fields).await).await;
+    assert_eq!(body["Invalid"][0]["field"], "lanes", "{body}");
+}
+
+#[tokio::test]
 async fn the_audit_log_pages_newest_first_without_gaps_and_filters() {
     let app = spawn_app(Mode::Embedded).await;
     let db = app.db.db();

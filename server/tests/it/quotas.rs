@@ -56,7 +56,8 @@ fn cell(row: &str, testid: &str) -> Option<String> {
     let start = row.find(&format!("data-testid=\"{testid}\""))?;
     let open = row[start..].find('>')? + start + 1;
     let close = row[open..].find("</td>")? + open;
-    // Strip the comment markers Leptos leaves between text nodes.
+    // Strip the comment markers Leptos leaves between text nodes (`<!>` with
+    // type-erased views).
     let mut text = String::new();
     let mut rest = &row[open..close];
     while let Some(i) = rest.find("<!--") {
@@ -64,7 +65,7 @@ fn cell(row: &str, testid: &str) -> Option<String> {
         rest = rest[i..].find("-->").map_or("", |j| &rest[i + j + 3..]);
     }
     text.push_str(rest);
-    Some(text.trim().to_owned())
+    Some(text.replace("<!>", "").trim().to_owned())
 }
 
 #[tokio::test]
@@ -98,6 +99,43 @@ async fn the_quotas_page_shows_each_buckets_numbers_in_the_server_html() {
     assert!(p95.ends_with(" s") || p95.ends_with(" min"), "{row}");
     // The account links to its own page.
     assert!(row.contains(&format!("href=\"/quotas/{acct}\"")), "{row}");
+}
+
+#[tokio::test]
+async fn the_quotas_page_shows_grants_waits_and_refusals_per_lane() {
+    let app = spawn_app(Mode::Embedded).await;
+    let token = worker_token(&app).await;
+    let acct = unique("lanes");
+    let ask = |priority: &'static str| {
+        let (app, token, acct) = (&app, &token, &acct);
+        async move {
+            let body = json!({ "account": acct, "scope": "wb_feeds", "method": "PUT", "path": "/pricing/1", "priority": priority });
+            let resp = app.client.post(app.url("/api/v1/permits")).bearer_auth(token).json(&body).send().await.expect("permit");
+            resp.status().as_u16()
+        }
+    };
+    // wb_feeds: one a minute. Low takes this minute's, a second low is
+    // refused (nothing free now), high books the next window.
+    assert_eq!(ask("low").await, 200);
+    assert_eq!(ask("low").await, 429);
+    assert_eq!(ask("high").await, 200);
+    let html = app.get_as(Role::Viewer, "/quotas").await.text().await.expect("html");
+    let row = bucket_row(&html, &acct, "wb_feeds").unwrap_or_else(|| panic!("no row for {acct}: {html}"));
+    let lanes = cell(row, "lanes").unwrap_or_default();
+    let lane = |name: &str| {
+        let start = lanes.find(&format!("data-lane=\"{name}\"")).and_then(|i| lanes[i..].find('>').map(|j| i + j + 1));
+        start.and_then(|s| lanes[s..].find("</span>").map(|e| lanes[s..s + e].to_owned())).unwrap_or_default()
+    };
+    // High waited for the next window: its p95 is that wait's histogram bucket.
+    assert!(lane("high").starts_with("high 1 · p95 ") && lane("high").ends_with(" · 0 refused"), "{row}");
+    assert_eq!(lane("normal"), "normal 0 · p95 — · 0 refused", "{row}");
+    assert_eq!(lane("low"), "low 1 · p95 1 ms · 1 refused", "{row}");
+    // A bucket only ever asked in the normal lane says so.
+    let other = unique("plain");
+    assert_eq!(permit(&app, &token, &other, "wb_feeds").await.0, 200);
+    let html = app.get_as(Role::Viewer, "/quotas").await.text().await.expect("html");
+    let row = bucket_row(&html, &other, "wb_feeds").unwrap_or_else(|| panic!("no row for {other}: {html}"));
+    assert_eq!(cell(row, "lanes").as_deref().map(|c| c.contains("normal only")), Some(true), "{row}");
 }
 
 #[tokio::test]

@@ -46,6 +46,19 @@ pub struct BucketRow {
     pub penalties: u64,
     /// Last decision, Unix ms.
     pub last_at_ms: i64,
+    /// Per priority lane (high, normal, low), once a request named high or
+    /// low; empty while every request was normal.
+    pub lanes: Vec<LaneRow>,
+}
+
+/// One priority lane of a bucket: its share of the bucket's counters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LaneRow {
+    /// `high`, `normal` or `low`.
+    pub lane: String,
+    pub grants: u64,
+    pub wait_p95_ms: Option<u64>,
+    pub refusals: u64,
 }
 
 impl BucketRow {
@@ -134,6 +147,24 @@ pub fn BucketTable(rows: Vec<BucketRow>, link_accounts: bool) -> impl IntoView {
                 r.refusals.iter().map(|(why, n)| format!("{why} {n}")).collect::<Vec<_>>().join(", ")
             };
             let refused_class = if r.refusals.is_empty() { "num" } else { "num warn" };
+            let lanes = if r.lanes.is_empty() {
+                view! { <span class="muted">"normal only"</span> }.into_any()
+            } else {
+                r.lanes
+                    .iter()
+                    .map(|l| {
+                        let text = format!(
+                            "{} {} · p95 {} · {} refused",
+                            l.lane,
+                            l.grants,
+                            format::duration_fine(l.wait_p95_ms),
+                            l.refusals
+                        );
+                        view! { <span class="lane" data-lane=l.lane.clone()>{text}</span> }
+                    })
+                    .collect_view()
+                    .into_any()
+            };
             let penalty_class = if r.penalties == 0 { "num" } else { "num warn" };
             view! {
                 <tr data-testid="bucket-row" data-account=r.account.clone() data-rule=r.rule.clone()>
@@ -148,6 +179,7 @@ pub fn BucketTable(rows: Vec<BucketRow>, link_accounts: bool) -> impl IntoView {
                     <td class="num" data-testid="wait-p95">{format::duration_fine(r.wait_p95_ms)}</td>
                     <td class=refused_class data-testid="refusals">{refusals}</td>
                     <td class=penalty_class data-testid="penalties">{r.penalties}</td>
+                    <td class="lanes" data-testid="lanes">{lanes}</td>
                 </tr>
             }
         })
@@ -168,6 +200,7 @@ pub fn BucketTable(rows: Vec<BucketRow>, link_accounts: bool) -> impl IntoView {
                     <th class="num">"Wait p95"</th>
                     <th class="num">"Refusals"</th>
                     <th class="num" title="upstream 429s reported">"429 penalties"</th>
+                    <th title="per priority lane: permits, p95 booked wait, refusals">"Lanes"</th>
                 </tr>
             </thead>
             <tbody>{body}</tbody>

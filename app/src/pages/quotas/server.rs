@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use leptos::prelude::ServerFnError;
-use sluice_engine::quota::{BucketKey, RefusalReason};
+use sluice_engine::quota::{BucketKey, BucketStats, Priority, RefusalReason};
 
-use super::{AccountView, BucketRow, QuotasView, PAGE_SIZE};
+use super::{AccountView, BucketRow, LaneRow, QuotasView, PAGE_SIZE};
 use crate::ssr::{internal, AppContext};
 use crate::ssr::auth::LOGIN_SCOPE;
 
@@ -68,10 +68,30 @@ async fn row(ctx: &AppContext, key: BucketKey, rates: &HashMap<BucketKey, f64>) 
             .collect(),
         penalties: stats.penalties,
         last_at_ms: stats.last_at_ms,
+        lanes: lanes(&stats),
         account: key.account,
         scope: key.scope,
         rule: key.rule.0,
     })
+}
+
+/// Each lane's counters, once a request named a lane other than normal.
+fn lanes(stats: &BucketStats) -> Vec<LaneRow> {
+    if stats.lanes.is_none() {
+        return Vec::new();
+    }
+    Priority::ALL
+        .into_iter()
+        .map(|p| {
+            let l = stats.lane(p);
+            LaneRow {
+                lane: p.as_str().to_owned(),
+                grants: l.grants,
+                wait_p95_ms: l.wait_percentile(0.95).map(ms),
+                refusals: l.refusals,
+            }
+        })
+        .collect()
 }
 
 /// The buckets matching `q`, one page of them with their numbers.

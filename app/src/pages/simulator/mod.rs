@@ -33,6 +33,12 @@ pub struct SimulationView {
     pub upstream_tokens: u32,
     pub window_ms: u64,
     pub drain_ms: u64,
+    /// When the first important request gets its permit, every request
+    /// `normal` (queue order); `None` when no request is important.
+    pub first_important_without_lanes_ms: Option<u64>,
+    /// The same with important requests `high` and the rest `low` (shared
+    /// limiter only).
+    pub first_important_with_lanes_ms: Option<u64>,
     pub workers: Vec<WorkerRow>,
     /// The chart, an SVG document rendered on the server.
     pub chart_svg: String,
@@ -59,9 +65,12 @@ pub async fn run_simulation(
     #[server(default)] pause: String,
     #[server(default)] algorithm: String,
     #[server(default)] mode: String,
+    #[server(default)] important_every: String,
+    #[server(default)] lanes: String,
 ) -> Result<Simulated, ServerFnError> {
     crate::ssr::auth::require(crate::auth::Role::Viewer).await?;
-    let form = server::Form { upstream_tokens, window, workers, local_tokens, queue, pause, algorithm, mode };
+    let form =
+        server::Form { upstream_tokens, window, workers, local_tokens, queue, pause, algorithm, mode, important_every, lanes };
     let input = match server::input(&form) {
         Ok(i) => i,
         Err(errors) => return Ok(Simulated::Invalid(errors)),
@@ -123,6 +132,12 @@ pub fn SimulatorPage() -> impl IntoView {
                     <label class="check"><input type="radio" name="mode" value="local" checked=true data-testid="sim-mode-local"/>"their own local limits"</label>
                     <label class="check"><input type="radio" name="mode" value="shared" data-testid="sim-mode-shared"/>"one shared limiter (Sluice)"</label>
                 </fieldset>
+                {field("important_every", "Every n-th request is important (0: none)", "0", "e.g. 1000: a price correction among every thousand stock syncs")}
+                <label class="check">
+                    <input type="checkbox" name="lanes" value="on" data-testid="sim-lanes"/>
+                    "Priority lanes: important requests high, the rest low (shared limiter)"
+                    {move || errors().into_iter().find(|e| e.field == "lanes").map(|e| view! { <span class="field-error" data-testid="sim-error-lanes">{e.message}</span> })}
+                </label>
                 <div class="form-actions">
                     <button type="submit" class="primary" disabled=move || action.pending().get()>"Simulate"</button>
                 </div>
@@ -150,6 +165,13 @@ fn SimulationResult(view: SimulationView) -> impl IntoView {
             </div>
             <div class="card"><h2>"Over the upstream limit"</h2><p class=over_class data-testid="sim-over">{view.over_limit}</p><span class="muted">"would get 429"</span></div>
             <div class="card"><h2>"Drain time"</h2><p class="big" data-testid="sim-drain">{secs(view.drain_ms)}</p><span class="muted">"until the last permit: how stale the last record gets"</span></div>
+            {view.first_important_without_lanes_ms.map(|without| view! {
+                <div class="card" data-testid="sim-first-important">
+                    <h2>"First important permit"</h2>
+                    <p class="big" data-testid="sim-first-important-lanes">{view.first_important_with_lanes_ms.map_or_else(|| "—".to_owned(), secs)}</p>
+                    <span class="muted">{format!("with lanes; without lanes (queue order): {}", secs(without))}</span>
+                </div>
+            })}
         </section>
         <section class="card chart" data-testid="sim-chart" inner_html=view.chart_svg></section>
         <section>

@@ -18,6 +18,9 @@ pub struct Form {
     pub pause: String,
     pub algorithm: String,
     pub mode: String,
+    pub important_every: String,
+    /// The lanes checkbox: present (any value) when ticked.
+    pub lanes: String,
 }
 
 
@@ -37,6 +40,10 @@ pub fn input(form: &Form) -> Result<SimulationInput, Vec<FieldError>> {
     let workers = number("workers", &form.workers, 1, 1000);
     let local_tokens = number("local_tokens", &form.local_tokens, 1, 100_000);
     let queue = number("queue", &form.queue, 0, MAX_QUEUE);
+    let important_every = match form.important_every.trim() {
+        "" => 0,
+        text => number("important_every", text, 0, MAX_QUEUE),
+    };
     let mut duration = |field: &str, text: &str, allow_zero: bool| -> Duration {
         match parse_duration_input(text) {
             Ok(0) if !allow_zero => {
@@ -75,10 +82,14 @@ pub fn input(form: &Form) -> Result<SimulationInput, Vec<FieldError>> {
             WorkerMode::LocalLimits(local)
         }
     };
+    let lanes = !form.lanes.is_empty();
+    if lanes && !matches!(mode, WorkerMode::SharedLimiter(_)) {
+        errors.push(FieldError::new("lanes", "lanes need the shared limiter: local limits know no lanes"));
+    }
     if !errors.is_empty() {
         return Err(errors);
     }
-    Ok(SimulationInput { upstream, workers, mode, queue, initial_pause })
+    Ok(SimulationInput { upstream, workers, mode, queue, initial_pause, important_every, lanes })
 }
 
 pub fn engine_error(e: SimulationError) -> Vec<FieldError> {
@@ -87,6 +98,7 @@ pub fn engine_error(e: SimulationError) -> Vec<FieldError> {
         SimulationError::Queue => "queue",
         SimulationError::Upstream(_) => "upstream_tokens",
         SimulationError::WorkerLimit(_) => "local_tokens",
+        SimulationError::LanesNeedSharedLimiter => "lanes",
     };
     vec![FieldError::new(field, e.to_string())]
 }
@@ -113,6 +125,8 @@ pub fn view(input: &SimulationInput, report: &SimulationReport) -> SimulationVie
         upstream_tokens: input.upstream.tokens,
         window_ms: ms(input.upstream.interval),
         drain_ms: ms(report.drain_time),
+        first_important_without_lanes_ms: report.first_important.map(|f| ms(f.without_lanes)),
+        first_important_with_lanes_ms: report.first_important.and_then(|f| f.with_lanes).map(ms),
         workers,
         chart_svg: chart(input, report).unwrap_or_else(|e| {
             tracing::warn!(error = %e, "drawing the simulator chart");

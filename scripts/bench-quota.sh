@@ -6,6 +6,10 @@
 # with the same limit. Prints achieved rate as a share of the allowed rate and
 # the share of requests answered 429.
 # Usage: scripts/bench-quota.sh [extra quota_bench run options, e.g. --windows 30]
+#        scripts/bench-quota.sh lanes [options]: priority lanes, 8 processes of
+#        `low` requests keep the bucket busy while `high` requests come now and
+#        then; prints high's wait (p95 in emission intervals, target <= 1) and
+#        the total answered against what the rule allows.
 # Redis: SLUICE_BENCH_REDIS_URL (default redis://127.0.0.1:6379); each run
 # uses a fresh key prefix.
 set -euo pipefail
@@ -16,4 +20,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}"
 PROFILE="${PROFILE:-dev}"
 cargo build --profile "$PROFILE" -p sluice --example quota_bench
 DIR=$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")
-"$CARGO_TARGET_DIR/$DIR/examples/quota_bench" run "$@"
+if [ "${1:-}" = lanes ]; then
+  shift
+  exec "$CARGO_TARGET_DIR/$DIR/examples/quota_bench" run --modes lanes --k 8 "$@"
+fi
+exec "$CARGO_TARGET_DIR/$DIR/examples/quota_bench" run "$@"

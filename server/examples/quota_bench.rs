@@ -17,6 +17,13 @@
 //! processes (this same executable, `quota_bench worker …`), sums what they
 //! report and prints a Markdown table: achieved rate as a share of the allowed
 //! rate, and the share of requests answered 429.
+//!
+//! `lanes` (priority lanes, docs/limiter.md): K processes of `low` requests
+//! keep the shared bucket busy (a token bucket at the upstream's rate with a
+//! burst of 1, so it never sends two into one emission interval) while one
+//! more process sends a `high` request now and then. Reported: high's waits
+//! from asking to holding its permit (p50, p95, max, in ms and in emission
+//! intervals), and the total answered against what the rule allows.
 
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,8 +36,8 @@ use serde::{Deserialize, Serialize};
 use sluice::demo::upstream::MockUpstream;
 use sluice_engine::clock::{SharedClock, SystemClock};
 use sluice_engine::quota::{
-    Limit, Limiter, LimiterConfig, MemoryStore, Outcome, QuotaRequest, QuotaStore, RedisSettings, RedisStore, Rule,
-    RuleRegistry,
+    Limit, Limiter, LimiterConfig, MemoryStore, Outcome, Priority, QuotaRequest, QuotaStore, RedisSettings, RedisStore,
+    Rule, RuleRegistry,
 };
 
 const SCOPE: &str = "bench_market";
@@ -48,6 +55,8 @@ enum Mode {
     Sluice,
     /// One in-memory limiter per process, each with the whole limit.
     Naive,
+    /// Redis, K processes asking `low` and one asking `high` now and then.
+    Lanes,
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -98,6 +107,12 @@ enum Command {
         start_ms: u64,
         #[arg(long)]
         end_ms: u64,
+        /// `lanes` mode: this process's lane (`high`: one task, one request
+        /// about every `high_every_ms`).
+        #[arg(long, default_value = "normal")]
+        priority: String,
+        #[arg(long, default_value_t = 150)]
+        high_every_ms: u64,
     },
 }
 
@@ -108,6 +123,19 @@ struct Report {
     rejected: u64,
     errors: u64,
     refusals: u64,
+    /// `high` lane: each request's time from asking to holding its permit, µs.
+    #[serde(default)]
+    high_waits_us: Vec<u64>,
+    /// `high` lane: requests refused (beyond even high's horizon).
+    #[serde(default)]
+    high_refusals: u64,
+}
+
+/// A worker's lane in the `lanes` mode.
+struct Lane {
+    priority: Priority,
+    /// `high`: the mean pause between two requests.
+    high_every: Duration,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -116,8 +144,11 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async move {
         match cli.command {
             Command::Run { shape, k, modes, windows, redis } => run(shape, k, modes, windows, redis).await,
-            Command::Worker { shape, mode, upstream, redis, prefix, start_ms, end_ms } => {
-                let report = worker(&shape, mode, &upstream, &redis, &prefix, start_ms, end_ms).await?;
+            Command::Worker { shape, mode, upstream, redis, prefix, start_ms, end_ms, priority, high_every_ms } => {
+                let priority: Priority = priority.parse().context("--priority")?;
+                let lane = Lane { priority, high_every: Duration::from_millis(high_every_ms) };
+                let run = Run { mode, upstream: &upstream, redis: &redis, prefix: &prefix, span: (start_ms, end_ms) };
+                let report = worker(&shape, &run, lane).await?;
                 println!("{}", serde_json::to_string(&report)?);
                 Ok(())
             }
@@ -134,7 +165,7 @@ async fn run(shape: Shape, ks: Vec<usize>, modes: Vec<Mode>, windows: u64, redis
     println!("limit {} per {} ms, {} tasks per process, {} windows per run\n", shape.limit, shape.window_ms, shape.tasks, windows);
     println!("| mode | K | allowed | answered 2xx | share of allowed rate | answered 429 | share 429 |");
     println!("|---|---|---|---|---|---|---|");
-    for &mode in &modes {
+    for &mode in modes.iter().filter(|&&m| m != Mode::Lanes) {
         for &k in &ks {
             // A fresh upstream per run: its per-account windows start empty.
             let upstream = MockUpstream::start(shape.limit, Duration::from_millis(shape.window_ms)).await?;
@@ -145,24 +176,13 @@ async fn run(shape: Shape, ks: Vec<usize>, modes: Vec<Mode>, windows: u64, redis
             let prefix = format!("bench:{}", ulid::Ulid::new());
             let mut children = Vec::new();
             for _ in 0..k {
-                let child = tokio::process::Command::new(&exe)
-                    .args(["worker", "--mode", mode_name(mode), "--upstream", &upstream.base_url(), "--redis", &redis])
-                    .args(["--prefix", &prefix, "--start-ms", &start_ms.to_string(), "--end-ms", &end_ms.to_string()])
-                    .args(["--limit", &shape.limit.to_string(), "--window-ms", &shape.window_ms.to_string()])
-                    .args(["--tasks", &shape.tasks.to_string()])
-                    .stdout(Stdio::piped())
-                    .kill_on_drop(true)
-                    .spawn()
-                    .context("spawning a worker process")?;
-                children.push(child);
+                let url = upstream.base_url();
+                let run = Run { mode, upstream: &url, redis: &redis, prefix: &prefix, span: (start_ms, end_ms) };
+                children.push(spawn_worker(&exe, &shape, &run, Priority::Normal)?);
             }
             let mut total = Report::default();
             for child in children {
-                let out = child.wait_with_output().await?;
-                if !out.status.success() {
-                    bail!("a worker process failed: {}", out.status);
-                }
-                let report: Report = serde_json::from_slice(&out.stdout).context("reading a worker's report")?;
+                let report = report_of(child).await?;
                 total.ok += report.ok;
                 total.rejected += report.rejected;
                 total.errors += report.errors;
@@ -184,6 +204,94 @@ async fn run(shape: Shape, ks: Vec<usize>, modes: Vec<Mode>, windows: u64, redis
             }
         }
     }
+    if modes.contains(&Mode::Lanes) {
+        run_lanes(&exe, &shape, &ks, windows, &redis).await?;
+    }
+    Ok(())
+}
+
+/// What the worker processes of one run share.
+struct Run<'a> {
+    mode: Mode,
+    upstream: &'a str,
+    redis: &'a str,
+    /// Redis key prefix of this run (every run starts from a full bucket).
+    prefix: &'a str,
+    /// Unix ms at which to start sending, and at which to stop.
+    span: (u64, u64),
+}
+
+/// Spawn one worker process of the run in `priority`'s lane.
+fn spawn_worker(exe: &std::path::Path, shape: &Shape, run: &Run<'_>, priority: Priority) -> anyhow::Result<tokio::process::Child> {
+    let (start_ms, end_ms) = run.span;
+    tokio::process::Command::new(exe)
+        .args(["worker", "--mode", mode_name(run.mode), "--upstream", run.upstream, "--redis", run.redis])
+        .args(["--prefix", run.prefix, "--start-ms", &start_ms.to_string(), "--end-ms", &end_ms.to_string()])
+        .args(["--limit", &shape.limit.to_string(), "--window-ms", &shape.window_ms.to_string()])
+        .args(["--tasks", &shape.tasks.to_string(), "--priority", priority.as_str()])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("spawning a worker process")
+}
+
+async fn report_of(child: tokio::process::Child) -> anyhow::Result<Report> {
+    let out = child.wait_with_output().await?;
+    if !out.status.success() {
+        bail!("a worker process failed: {}", out.status);
+    }
+    serde_json::from_slice(&out.stdout).context("reading a worker's report")
+}
+
+/// K `low` processes keep the bucket busy; one `high` process asks now and then.
+async fn run_lanes(exe: &std::path::Path, shape: &Shape, ks: &[usize], windows: u64, redis: &str) -> anyhow::Result<()> {
+    let emission = Duration::from_millis(shape.window_ms) / shape.limit.max(1);
+    println!("\nlanes: token bucket {} per {} ms, burst 1 (emission interval {emission:?}); {} tasks per low process\n", shape.limit, shape.window_ms, shape.tasks);
+    println!("| low processes | allowed | answered 2xx | answered 429 | high requests | high refused | high wait p50 | p95 | max | p95 in emission intervals |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for &k in ks {
+        let upstream = MockUpstream::start(shape.limit, Duration::from_millis(shape.window_ms)).await?;
+        let start_ms = (now_ms() + 2000).div_ceil(shape.window_ms) * shape.window_ms;
+        let prefix = format!("bench:{}", ulid::Ulid::new());
+        let url = upstream.base_url();
+        let run = Run { mode: Mode::Lanes, upstream: &url, redis, prefix: &prefix, span: (start_ms, start_ms + windows * shape.window_ms) };
+        let mut lows = Vec::new();
+        for _ in 0..k {
+            lows.push(spawn_worker(exe, shape, &run, Priority::Low)?);
+        }
+        let high = spawn_worker(exe, shape, &run, Priority::High)?;
+        let mut total = Report::default();
+        for child in lows.into_iter().chain([high]) {
+            let r = report_of(child).await?;
+            total.ok += r.ok;
+            total.rejected += r.rejected;
+            total.errors += r.errors;
+            total.refusals += r.refusals;
+            total.high_refusals += r.high_refusals;
+            total.high_waits_us.extend(r.high_waits_us);
+        }
+        upstream.stop();
+        let mut waits = total.high_waits_us.clone();
+        waits.sort_unstable();
+        let pct = |q: f64| waits.get(((q * waits.len() as f64).ceil() as usize).saturating_sub(1)).copied().unwrap_or(0);
+        let ms = |us: u64| format!("{:.1} ms", us as f64 / 1000.0);
+        // What the rule allows over the run: the burst plus one per emission interval.
+        let allowed = 1 + u64::from(shape.limit) * windows;
+        println!(
+            "| {k} | {allowed} | {} | {} | {} | {} | {} | {} | {} | **{:.2}** |",
+            total.ok,
+            total.rejected,
+            waits.len(),
+            total.high_refusals,
+            ms(pct(0.5)),
+            ms(pct(0.95)),
+            ms(waits.last().copied().unwrap_or(0)),
+            pct(0.95) as f64 / emission.as_micros().max(1) as f64,
+        );
+        if total.errors > 0 {
+            println!("|   | (network errors: {}) |||||||||", total.errors);
+        }
+    }
     Ok(())
 }
 
@@ -191,34 +299,61 @@ fn mode_name(mode: Mode) -> &'static str {
     match mode {
         Mode::Sluice => "sluice",
         Mode::Naive => "naive",
+        Mode::Lanes => "lanes",
     }
 }
 
-async fn worker(shape: &Shape, mode: Mode, upstream: &str, redis: &str, prefix: &str, start_ms: u64, end_ms: u64) -> anyhow::Result<Report> {
+async fn worker(shape: &Shape, run: &Run<'_>, lane: Lane) -> anyhow::Result<Report> {
+    let Run { mode, upstream, redis, prefix, span: (start_ms, end_ms) } = *run;
     let clock: SharedClock = Arc::new(SystemClock);
     let store: Arc<dyn QuotaStore> = match mode {
-        Mode::Sluice => Arc::new(RedisStore::connect(&RedisSettings::single(redis, prefix)).await.context("connecting to Redis")?),
+        Mode::Sluice | Mode::Lanes => {
+            Arc::new(RedisStore::connect(&RedisSettings::single(redis, prefix)).await.context("connecting to Redis")?)
+        }
         Mode::Naive => Arc::new(MemoryStore::new(clock.clone())),
     };
-    // The same rule in both modes: the upstream's own limit, as fixed windows.
+    // The upstream's own limit: as fixed windows, or (lanes) as a token bucket
+    // at its rate with a burst of 1, which never puts more into one of its
+    // windows than it allows and has an emission interval to measure waits in.
     // A fixed id: the bucket key names the rule, and every process must hit the same bucket.
-    let rule = Rule::new(SCOPE, None, None, Limit::fixed_window(shape.limit, Duration::from_millis(shape.window_ms))).with_id("bench");
+    let window = Duration::from_millis(shape.window_ms);
+    let limit = match mode {
+        Mode::Lanes => Limit::token_bucket(shape.limit, window, 1),
+        Mode::Sluice | Mode::Naive => Limit::fixed_window(shape.limit, window),
+    };
+    let rule = Rule::new(SCOPE, None, None, limit).with_id("bench");
     let limiter = Limiter::new(store, RuleRegistry::new([rule]), clock, LimiterConfig::default());
     let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
-    let counters = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let counters = Arc::new(Counters::default());
     let start_in = Duration::from_millis(start_ms.saturating_sub(now_ms()));
     tokio::time::sleep(start_in).await;
+    let high = lane.priority == Priority::High;
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..shape.tasks {
+    for _ in 0..if high { 1 } else { shape.tasks } {
         let (limiter, client, counters) = (limiter.clone(), client.clone(), counters.clone());
         let url = format!("{upstream}/api/{ACCOUNT}/items");
+        let high_every = lane.high_every;
+        let req = QuotaRequest::new(SCOPE, "GET", "/items").account(ACCOUNT).priority(lane.priority);
         tasks.spawn(async move {
-            let req = QuotaRequest::new(SCOPE, "GET", "/items").account(ACCOUNT);
             while now_ms() < end_ms {
+                if high {
+                    // Now and then: uniformly between half and one and a half mean pauses.
+                    let pause = high_every.mul_f64(rand::random_range(0.5..1.5));
+                    tokio::time::sleep(pause).await;
+                }
+                let asked = std::time::Instant::now();
                 match limiter.acquire(&req).await {
+                    Ok(Outcome::Granted(_)) if high => {
+                        let waited = u64::try_from(asked.elapsed().as_micros()).unwrap_or(u64::MAX);
+                        counters.high_waits_us.lock().unwrap_or_else(|p| p.into_inner()).push(waited);
+                    }
                     Ok(Outcome::Granted(_)) => {}
+                    Ok(Outcome::Refused(_)) if high => {
+                        counters.high_refusals.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     Ok(Outcome::Refused(refusal)) => {
-                        counters[3].fetch_add(1, Ordering::Relaxed);
+                        counters.refusals.fetch_add(1, Ordering::Relaxed);
                         tokio::time::sleep(refusal.retry_after.unwrap_or(Duration::from_millis(100))).await;
                         continue;
                     }
@@ -230,16 +365,16 @@ async fn worker(shape: &Shape, mode: Mode, upstream: &str, redis: &str, prefix: 
                 }
                 match client.get(&url).send().await {
                     Ok(resp) if resp.status().is_success() => {
-                        counters[0].fetch_add(1, Ordering::Relaxed);
+                        counters.ok.fetch_add(1, Ordering::Relaxed);
                     }
                     Ok(resp) if resp.status() == reqwest::StatusCode::TOO_MANY_REQUESTS => {
-                        counters[1].fetch_add(1, Ordering::Relaxed);
-                        if mode == Mode::Sluice {
+                        counters.rejected.fetch_add(1, Ordering::Relaxed);
+                        if mode != Mode::Naive {
                             limiter.penalize(&req, None).await.context("reporting a 429")?;
                         }
                     }
                     _ => {
-                        counters[2].fetch_add(1, Ordering::Relaxed);
+                        counters.errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
@@ -249,6 +384,25 @@ async fn worker(shape: &Shape, mode: Mode, upstream: &str, redis: &str, prefix: 
     while let Some(joined) = tasks.join_next().await {
         joined??;
     }
-    let get = |i: usize| counters[i].load(Ordering::Relaxed);
-    Ok(Report { ok: get(0), rejected: get(1), errors: get(2), refusals: get(3) })
+    let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let high_waits_us = std::mem::take(&mut *counters.high_waits_us.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok(Report {
+        ok: get(&counters.ok),
+        rejected: get(&counters.rejected),
+        errors: get(&counters.errors),
+        refusals: get(&counters.refusals),
+        high_waits_us,
+        high_refusals: get(&counters.high_refusals),
+    })
+}
+
+/// What a worker's tasks count together.
+#[derive(Default)]
+struct Counters {
+    ok: AtomicU64,
+    rejected: AtomicU64,
+    errors: AtomicU64,
+    refusals: AtomicU64,
+    high_refusals: AtomicU64,
+    high_waits_us: std::sync::Mutex<Vec<u64>>,
 }

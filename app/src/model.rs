@@ -40,6 +40,23 @@ impl HealthView {
     }
 }
 
+/// How long data is kept, in days (the retention settings), for the pages
+/// that say so.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetentionDays {
+    pub delivered: u64,
+    pub failed: u64,
+    pub audit: u64,
+}
+
+#[cfg(feature = "ssr")]
+impl From<&sluice_engine::retention::RetentionConfig> for RetentionDays {
+    fn from(c: &sluice_engine::retention::RetentionConfig) -> Self {
+        let days = |d: std::time::Duration| d.as_secs() / 86_400;
+        RetentionDays { delivered: days(c.delivered), failed: days(c.failed), audit: days(c.audit) }
+    }
+}
+
 /// One form field the server refused, and why: shown next to that field.
 /// Every form answers with one per invalid field, all at once.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

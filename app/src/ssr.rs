@@ -63,6 +63,9 @@ pub struct AppContext {
     /// API tokens recently authenticated by this process; a token revoked on
     /// the Users page is forgotten here at once.
     pub api_tokens: Arc<sluice_engine::tokens::TokenCache>,
+    /// How long deliveries and audit rows are kept (the Deliveries, delivery
+    /// and Audit pages say so).
+    pub retention: sluice_engine::retention::RetentionConfig,
 }
 
 impl std::fmt::Debug for AppContext {

@@ -7,17 +7,22 @@ import { apiToken } from './login';
  * A merchant webhook endpoint on 127.0.0.1, answering whatever `reply`
  * says for each request (the e2e server allows loopback deliveries).
  */
+/** What a mock merchant answers: a status, or a status with a text body. */
+export type Answer = number | { status: number; body: string };
+
 export class MockMerchant {
   received = 0;
-  private constructor(private server: http.Server, readonly url: string, public reply: (n: number) => number) {}
+  private constructor(private server: http.Server, readonly url: string, public reply: (n: number) => Answer) {}
 
-  static async start(reply: (n: number) => number): Promise<MockMerchant> {
+  static async start(reply: (n: number) => Answer): Promise<MockMerchant> {
     let merchant: MockMerchant | undefined;
     const server = http.createServer((req, res) => {
       req.resume();
       req.on('end', () => {
         const n = ++merchant!.received;
-        res.writeHead(merchant!.reply(n)).end();
+        const answer = merchant!.reply(n);
+        if (typeof answer === 'number') res.writeHead(answer).end();
+        else res.writeHead(answer.status, { 'content-type': 'text/plain' }).end(answer.body);
       });
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -110,10 +115,13 @@ export class DeliveryPage {
   readonly status: Locator;
   readonly attempts: Locator;
   readonly planned: Locator;
+  /** Each attempt's answer: status, latency, body, headers. */
+  readonly answers: Locator;
   constructor(readonly page: Page) {
     this.status = page.getByTestId('delivery-status');
     this.attempts = page.getByTestId('attempt');
     this.planned = page.getByTestId('planned');
+    this.answers = page.getByTestId('attempt-detail');
   }
 
   async open(id: string) {

@@ -37,6 +37,9 @@ struct RawSettings {
     quota_idle_retention_secs: u64,
     api_token_cache_secs: u64,
     upstream_breaker_ignore_rules: String,
+    retention_delivered_days: u64,
+    retention_failed_days: u64,
+    retention_audit_days: u64,
 }
 
 /// Validated settings.
@@ -72,6 +75,9 @@ pub struct Settings {
     /// Limit rules whose permits are not refused while the upstream breaker
     /// of their account and scope is open (every other rule's are).
     pub upstream_breaker_ignore_rules: Vec<String>,
+    /// How long delivered and failed deliveries and audit rows are kept
+    /// (the rest of the config is the engine's default pacing).
+    pub retention: sluice_engine::retention::RetentionConfig,
     /// The delivery worker's ladder and breaker timings. Not read from files or
     /// the environment: only `sluice demo` switches to [`DeliveryTiming::Demo`].
     pub delivery_timing: DeliveryTiming,
@@ -255,6 +261,18 @@ impl RawSettings {
                 self.api_token_cache_secs
             ));
         }
+        let days = |key: &str, value: u64, max: u64, errors: &mut Vec<String>| {
+            if !(1..=max).contains(&value) {
+                errors.push(format!("{key} (SLUICE_{}): {value} is not between 1 and {max} (days)", key.to_uppercase()));
+            }
+            std::time::Duration::from_secs(value.clamp(1, max) * 86_400)
+        };
+        let retention = sluice_engine::retention::RetentionConfig {
+            delivered: days("retention_delivered_days", self.retention_delivered_days, 3650, &mut errors),
+            failed: days("retention_failed_days", self.retention_failed_days, 3650, &mut errors),
+            audit: days("retention_audit_days", self.retention_audit_days, 36_500, &mut errors),
+            ..sluice_engine::retention::RetentionConfig::default()
+        };
         let mut delivery_allow_networks = Vec::new();
         for cidr in self.delivery_allow_networks.split(',').map(str::trim).filter(|c| !c.is_empty()) {
             match cidr.parse::<ipnet::IpNet>() {
@@ -295,6 +313,7 @@ impl RawSettings {
                 quota_idle_retention: std::time::Duration::from_secs(self.quota_idle_retention_secs),
                 api_token_cache: std::time::Duration::from_secs(self.api_token_cache_secs),
                 upstream_breaker_ignore_rules,
+                retention,
                 delivery_timing: DeliveryTiming::Product,
             }),
             _ => Err(ConfigError::Invalid(errors)),
@@ -336,6 +355,7 @@ impl fmt::Debug for Settings {
             .field("quota_idle_retention", &self.quota_idle_retention)
             .field("api_token_cache", &self.api_token_cache)
             .field("upstream_breaker_ignore_rules", &self.upstream_breaker_ignore_rules)
+            .field("retention", &self.retention)
             .field("delivery_timing", &self.delivery_timing)
             .finish()
     }
@@ -426,6 +446,18 @@ mod tests {
         assert_eq!(s.upstream_breaker_ignore_rules, vec!["vtex_orders".to_owned(), "rule_01abc".to_owned()]);
         let msg = invalid(load_env(None, &[("SLUICE_UPSTREAM_BREAKER_IGNORE_RULES", "vtex_orders,no spaces")]));
         assert!(msg.contains("upstream_breaker_ignore_rules (SLUICE_UPSTREAM_BREAKER_IGNORE_RULES): 'no spaces'"), "{msg}");
+    }
+
+    #[test]
+    fn retention_periods_default_to_30_90_and_365_days_and_are_validated() {
+        let day = std::time::Duration::from_secs(86_400);
+        let s = load_env(None, &[]).expect("defaults");
+        assert_eq!((s.retention.delivered, s.retention.failed, s.retention.audit), (30 * day, 90 * day, 365 * day));
+        let s = load_env(None, &[("SLUICE_RETENTION_DELIVERED_DAYS", "7"), ("SLUICE_RETENTION_AUDIT_DAYS", "730")]).expect("valid");
+        assert_eq!((s.retention.delivered, s.retention.audit), (7 * day, 730 * day));
+        let msg = invalid(load_env(None, &[("SLUICE_RETENTION_FAILED_DAYS", "0"), ("SLUICE_RETENTION_DELIVERED_DAYS", "4000")]));
+        assert!(msg.contains("retention_failed_days (SLUICE_RETENTION_FAILED_DAYS): 0 is not between 1 and 3650"), "{msg}");
+        assert!(msg.contains("retention_delivered_days (SLUICE_RETENTION_DELIVERED_DAYS): 4000"), "{msg}");
     }
 
     #[test]

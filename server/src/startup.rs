@@ -21,6 +21,7 @@ use sluice_engine::delivery::ladder::LadderConfig;
 use sluice_engine::delivery::{DeliveryStore, Worker, WorkerConfig};
 use sluice_engine::quota::history::{HistoryConfig, QuotaHistory};
 use sluice_engine::quota::rules_repo::RELOAD_EVERY;
+use sluice_engine::retention::Retention;
 use sluice_engine::tokens::TokenCache;
 use sluice_engine::quota::{
     FallbackStore, LazyRedisStore, Limiter, LimiterConfig, MemoryStore, QuotaStore, RedisSettings, RuleId,
@@ -160,6 +161,7 @@ impl Application {
                 },
             ),
             api_tokens: Arc::new(TokenCache::new(settings.api_token_cache, API_TOKEN_CACHE_CAPACITY)),
+            retention: settings.retention.clone(),
         };
         let state = AppState::new(Shared {
             settings: Arc::new(settings),
@@ -206,7 +208,11 @@ impl Application {
         // record each interval.
         let instance = format!("sluice_{}", ulid::Ulid::new().to_string().to_lowercase());
         let history = state.app_context.history.clone();
+        let retention = Retention::new(state.db.clone(), state.clock.clone(), state.settings.retention.clone(), &instance);
         background.spawn(history.run(state.limiter.clone(), instance, stopped()));
+        // Every instance runs the retention task; its database lease lets one
+        // of them delete at a time.
+        background.spawn(retention.run(stopped()));
         // The login throttle shares the store, so this sweeps its buckets too.
         background.spawn(state.limiter.clone().run_forgetting(FORGET_IDLE_EVERY, stopped()));
         if state.settings.delivery_worker {

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::error_text;
 use crate::format;
+use crate::model::RetentionDays;
 
 /// Rows per page.
 pub const PAGE_SIZE: u32 = 50;
@@ -40,6 +41,8 @@ pub struct AuditView {
     pub rows: Vec<AuditRow>,
     /// Cursor of the next (older) page.
     pub next: Option<String>,
+    /// How long entries are kept.
+    pub retention: RetentionDays,
 }
 
 #[cfg(feature = "ssr")]
@@ -84,6 +87,7 @@ pub async fn list_audit(
             })
             .collect(),
         next: page.next.map(|c| c.token()),
+        retention: (&ctx.retention).into(),
     })
 }
 
@@ -109,6 +113,12 @@ pub fn ChangeList(changes: Vec<ChangeRow>) -> impl IntoView {
         </ul>
     }
     .into_any()
+}
+
+/// How long the log keeps its entries.
+#[component]
+fn RetentionNote(days: u64) -> impl IntoView {
+    view! { <p class="muted" data-testid="retention">{format!("Entries are kept {days} days, then deleted.")}</p> }
 }
 
 #[component]
@@ -143,8 +153,9 @@ pub fn AuditPage() -> impl IntoView {
         <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || page.get().map(|p| match p {
                 Err(e) => view! { <p class="error">{error_text(&e)}</p> }.into_any(),
-                Ok(view) if view.rows.is_empty() => view! { <p class="muted">"No entries."</p> }.into_any(),
+                Ok(view) if view.rows.is_empty() => view! { <p class="muted">"No entries."</p> <RetentionNote days=view.retention.audit/> }.into_any(),
                 Ok(view) => view! {
+                    <RetentionNote days=view.retention.audit/>
                     <div class="table-scroll">
                     <table data-testid="audit" class="audit">
                         <thead><tr><th>"When"</th><th>"Who"</th><th>"Action"</th><th>"Target"</th><th>"Before → after"</th><th>"Reason"</th></tr></thead>

@@ -58,22 +58,25 @@ impl MockMerchants {
     }
 }
 
-async fn flaky(State(counter): State<Arc<AtomicU64>>) -> StatusCode {
+async fn flaky(State(counter): State<Arc<AtomicU64>>) -> (StatusCode, &'static str) {
     if counter.fetch_add(1, Ordering::Relaxed) % 3 == 2 {
-        StatusCode::SERVICE_UNAVAILABLE
+        (StatusCode::SERVICE_UNAVAILABLE, "upstream busy, try again shortly")
     } else {
-        StatusCode::OK
+        (StatusCode::OK, "ok")
     }
 }
 
-async fn rejects_money(body: String) -> StatusCode {
+/// A 400 with a reason in the body, as a real merchant's validation would
+/// answer (the delivery page shows it per attempt).
+async fn rejects_money(body: String) -> (StatusCode, axum::Json<serde_json::Value>) {
     let event: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
     let kind = event["type"].as_str().unwrap_or_default();
     let status = event["status"].as_str();
     if is_money_event(kind, status) {
-        StatusCode::BAD_REQUEST
+        let reason = serde_json::json!({ "error": "money events need a manual review first", "code": "review_required" });
+        (StatusCode::BAD_REQUEST, axum::Json(reason))
     } else {
-        StatusCode::OK
+        (StatusCode::OK, axum::Json(serde_json::json!({ "received": true })))
     }
 }
 

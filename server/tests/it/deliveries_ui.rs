@@ -33,7 +33,11 @@ struct Endpoint {
 
 async fn endpoint(status: u16) -> Endpoint {
     let code = AxumStatus::from_u16(status).expect("status");
-    let router = axum::Router::new().fallback(move || async move { code });
+    serve(axum::Router::new().fallback(move || async move { code })).await
+}
+
+/// Serve `router` on a free loopback port until the endpoint is dropped.
+async fn serve(router: axum::Router) -> Endpoint {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("http://{}/webhooks", listener.local_addr().expect("addr"));
     let (stop, stopped) = oneshot::channel::<()>();
@@ -423,4 +427,80 @@ async fn a_delivery_page_shows_its_ladder_timeline() {
     assert!(html.contains("&quot;status&quot;") || html.contains("\"status\""), "the payload is summarised");
     let missing = viewer.get(w.app.url("/deliveries/msg_nope")).send().await.expect("page").text().await.expect("html");
     assert!(missing.contains("There is no delivery with this id."));
+}
+
+/// A merchant endpoint on loopback that answers `status` with `body` and a
+/// session cookie (a credential header the attempt must not keep).
+async fn answering(status: u16, body: String) -> Endpoint {
+    let code = AxumStatus::from_u16(status).expect("status");
+    serve(axum::Router::new().fallback(move || {
+        let body = body.clone();
+        async move { (code, [("content-type", "text/plain; charset=utf-8"), ("set-cookie", "sid=cookie-value-123")], body) }
+    }))
+    .await
+}
+
+#[tokio::test]
+async fn the_delivery_page_and_the_api_show_what_the_merchant_answered_without_secrets() {
+    use sluice_engine::tokens::{create_token, ApiScope};
+    const SECRET: &str = "merchant-secret-6f1c0a9e4b7d2c5f8a3e";
+    let w = World::new(Mode::Embedded, &[]).await;
+    // The merchant echoes the secret it was given and a bearer token: neither may be kept.
+    let said = format!("merchant says: unknown sku 4711 (secret {SECRET}, Authorization: Bearer tok_live_abc123)");
+    let bad = answering(400, said).await;
+    let long = answering(400, format!("{}{}", "x".repeat(5000), "END-OF-LONG-BODY")).await;
+    let input = |name: &str, url: &str| MerchantIn { name: name.into(), url: url.into(), scheme: SigningScheme::Sluice, secret: Some(SECRET.into()) };
+    let policy = MerchantBreakerConfig::default();
+    let shop = ops::create_merchant(&w.store, input("Strict Shop", &bad.url), &loopback(), &policy, ops::Actor::named("test"), w.clock.now()).await.expect("merchant");
+    let chatty = ops::create_merchant(&w.store, input("Chatty Shop", &long.url), &loopback(), &policy, ops::Actor::named("test"), w.clock.now()).await.expect("merchant");
+    let refused = w.event(&shop, "order.created", "new").await;
+    let cut = w.event(&chatty, "order.created", "new").await;
+    w.step().await;
+    assert_eq!(w.status(&refused).await, DeliveryStatus::Failed, "a non-money 4xx fails at once");
+
+    let viewer = w.app.signed_in(Role::Viewer).await;
+    let html = viewer.get(w.app.url(&format!("/deliveries/{refused}"))).send().await.expect("page").text().await.expect("html");
+    assert!(html.contains("merchant says: unknown sku 4711"), "the answer's body is on the page");
+    assert!(html.contains("HTTP 400"));
+    assert!(html.contains("x-webhook-signature"), "the headers sent are listed");
+    assert!(html.contains("data-testid=\"attempt-id\""), "the attempt id with a copy button");
+    assert!(html.contains("Retention deletes this delivery"), "the page says how long it is kept");
+    for leak in [SECRET, "tok_live_abc123", "cookie-value-123"] {
+        assert!(!html.contains(leak), "the page leaks {leak}");
+    }
+
+    let (_, token) = create_token(&w.app.db.db(), "reader", ApiScope::Worker, w.clock.now()).await.expect("token");
+    let api = |id: DeliveryId| {
+        let (client, url, token) = (w.app.client.clone(), w.app.url(&format!("/api/v1/deliveries/{id}")), token.expose().to_owned());
+        async move {
+            let resp = client.get(url).bearer_auth(token).send().await.expect("api");
+            assert_eq!(resp.status(), 200);
+            resp.json::<Value>().await.expect("json")
+        }
+    };
+    let body = api(refused.clone()).await;
+    let attempt = &body["attempts"][0];
+    assert_eq!(attempt["status_code"], 400);
+    assert!(attempt["id"].as_str().is_some_and(|id| id.starts_with("att_")));
+    assert!(attempt["response_body"].as_str().expect("body").starts_with("merchant says: unknown sku 4711"));
+    assert_eq!(attempt["response_truncated"], false);
+    assert!(attempt["latency_ms"].as_i64().is_some());
+    let sig = attempt["request_headers"]["x-webhook-signature"].as_str().expect("signature sent");
+    assert_eq!(sig.len(), 64, "one hex HMAC-SHA256");
+    assert_eq!(attempt["request_headers"]["x-webhook-id"], refused.to_string());
+    assert_eq!(attempt["response_headers"]["set-cookie"], "[redacted]");
+    assert_eq!(attempt["response_headers"]["content-type"], "text/plain; charset=utf-8");
+    for leak in [SECRET, "tok_live_abc123", "cookie-value-123"] {
+        assert!(!body.to_string().contains(leak), "the API leaks {leak}");
+    }
+
+    // A body past 4 KiB is cut there and marked.
+    let body = api(cut.clone()).await;
+    let attempt = &body["attempts"][0];
+    let text = attempt["response_body"].as_str().expect("body");
+    assert_eq!(text.len(), 4096);
+    assert!(!text.contains("END-OF-LONG-BODY"));
+    assert_eq!(attempt["response_truncated"], true);
+    let html = viewer.get(w.app.url(&format!("/deliveries/{cut}"))).send().await.expect("page").text().await.expect("html");
+    assert!(html.contains("data-testid=\"attempt-response-cut\""));
 }

@@ -19,6 +19,7 @@ pub const PAYLOAD_PREVIEW_BYTES: usize = 4096;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttemptView {
+    pub id: String,
     pub at: i64,
     pub ladder: String,
     pub outcome: String,
@@ -26,6 +27,13 @@ pub struct AttemptView {
     pub latency_ms: i64,
     pub error: Option<String>,
     pub probe: bool,
+    /// What the merchant answered: the start of the body as text, secrets redacted.
+    pub response_body: Option<String>,
+    pub response_truncated: bool,
+    /// Headers as sent (signatures included, never the secret); `None`: not recorded.
+    pub request_headers: Option<Vec<(String, String)>>,
+    /// The answer's headers, credentials redacted.
+    pub response_headers: Option<Vec<(String, String)>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,6 +74,8 @@ pub struct DeliveryView {
     /// Pretty-printed payload, cut at [`PAYLOAD_PREVIEW_BYTES`].
     pub payload: String,
     pub payload_truncated: bool,
+    /// When retention deletes this delivery (finished ones only).
+    pub deleted_after: Option<i64>,
 }
 
 #[server(prefix = "/ui", endpoint = "deliveries/detail")]
@@ -83,6 +93,12 @@ pub async fn delivery_detail(id: String) -> Result<Option<DeliveryView>, ServerF
     let merchant = ctx.deliveries.merchant(&d.delivery.merchant_id).await.map(|m| m.name).unwrap_or_default();
     let (payload, payload_truncated) = payload_preview(&d.payload);
     let t = d.timeline;
+    let keep = match d.delivery.status {
+        sluice_engine::delivery::DeliveryStatus::Delivered => Some(ctx.retention.delivered),
+        sluice_engine::delivery::DeliveryStatus::Failed => Some(ctx.retention.failed),
+        _ => None,
+    };
+    let deleted_after = d.delivery.finished_at.zip(keep).map(|(at, keep)| (at + keep).as_millis());
     let ms = |t: sluice_engine::clock::Timestamp| t.as_millis();
     let del = d.delivery;
     Ok(Some(DeliveryView {
@@ -103,6 +119,7 @@ pub async fn delivery_detail(id: String) -> Result<Option<DeliveryView>, ServerF
             .attempts
             .into_iter()
             .map(|a| AttemptView {
+                id: a.id.as_str().to_owned(),
                 at: ms(a.at),
                 ladder: a.ladder.as_str().to_owned(),
                 outcome: a.outcome.as_str().to_owned(),
@@ -110,6 +127,10 @@ pub async fn delivery_detail(id: String) -> Result<Option<DeliveryView>, ServerF
                 latency_ms: a.latency_ms,
                 error: a.error,
                 probe: a.probe,
+                response_body: a.response_body,
+                response_truncated: a.response_truncated,
+                request_headers: a.request_headers.map(|h| h.into_iter().collect()),
+                response_headers: a.response_headers.map(|h| h.into_iter().collect()),
             })
             .collect(),
         upcoming: t
@@ -129,6 +150,7 @@ pub async fn delivery_detail(id: String) -> Result<Option<DeliveryView>, ServerF
         breaker_next_probe_at: t.breaker_next_probe_at.map(ms),
         payload,
         payload_truncated,
+        deleted_after,
     }))
 }
 
@@ -291,7 +313,7 @@ fn DeliveryDetail(d: DeliveryView, redeliver: ServerAction<Redeliver>, retry: Se
                     {d.attempts.iter().enumerate().map(|(i, a)| view! {
                         <tr data-testid="attempt">
                             <td>{format::date_time_seconds(a.at)}</td>
-                            <td>{format!("attempt {}{}", i + 1, if a.probe { " (breaker probe)" } else { "" })} " "
+                            <td><a href=format!("#attempt-{}", i + 1)>{format!("attempt {}", i + 1)}</a>{if a.probe { " (breaker probe)" } else { "" }} " "
                                 <span class={if a.outcome == "success" { "pill ok" } else { "pill bad" }}>{a.outcome.clone()}</span></td>
                             <td>{a.ladder.clone()}</td>
                             <td data-testid="attempt-code">{a.status_code.map(|c| c.to_string()).unwrap_or_else(|| "—".into())}</td>
@@ -314,10 +336,62 @@ fn DeliveryDetail(d: DeliveryView, redeliver: ServerAction<Redeliver>, retry: Se
             </div>
             <p class="muted">"Planned times are the earliest; an open merchant breaker defers them without spending attempts."</p>
         </section>
+        {(!d.attempts.is_empty()).then(|| view! {
+            <section data-testid="attempt-details">
+                <h2>"What the merchant answered"</h2>
+                {d.attempts.iter().enumerate().map(|(i, a)| view! { <AttemptDetail number=i + 1 a=a.clone()/> }).collect_view()}
+            </section>
+        })}
         <section>
             <h2>"Payload"</h2>
             <pre class="payload" data-testid="payload">{d.payload.clone()}</pre>
             {d.payload_truncated.then(|| view! { <p class="muted">"(cut; the whole event is stored)"</p> })}
+            {d.deleted_after.map(|t| view! {
+                <p class="muted" data-testid="retention">{format!(
+                    "Retention deletes this delivery, its attempts and (unless another delivery needs it) its event after {}.",
+                    format::date_time(t)
+                )}</p>
+            })}
         </section>
+    }
+}
+
+/// One attempt: status, latency, the answer's body and headers, and the
+/// headers that were sent.
+#[component]
+fn AttemptDetail(number: usize, a: AttemptView) -> impl IntoView {
+    let headers_table = |rows: Vec<(String, String)>, testid: &'static str| view! {
+        <div class="table-scroll">
+        <table class="headers" data-testid=testid>
+            <tbody>
+                {rows.into_iter().map(|(k, v)| view! { <tr><th class="mono">{k}</th><td class="mono wrap">{v}</td></tr> }).collect_view()}
+            </tbody>
+        </table>
+        </div>
+    };
+    view! {
+        <article class="card attempt" id=format!("attempt-{number}") data-testid="attempt-detail">
+            <h3>{format!("Attempt {number}")} " "
+                <span class={if a.outcome == "success" { "pill ok" } else { "pill bad" }}>{a.outcome.clone()}</span></h3>
+            <p><CopyId id=a.id.clone() testid="attempt-id"/></p>
+            <p>{format::date_time_seconds(a.at)} " · "
+                {a.status_code.map(|c| format!("HTTP {c}")).unwrap_or_else(|| "no answer".into())} " · "
+                {format!("{} ms", a.latency_ms)}
+                {a.error.clone().filter(|_| a.status_code.is_none()).map(|e| view! { " · " <span class="error">{e}</span> })}</p>
+            {match a.response_body.clone() {
+                Some(body) => view! {
+                    <pre class="payload" data-testid="attempt-response">{body}</pre>
+                    {a.response_truncated.then(|| view! { <p class="muted" data-testid="attempt-response-cut">"(cut: only the first 4 KiB of the answer is kept)"</p> })}
+                }.into_any(),
+                None if a.status_code.is_some() => view! { <p class="muted" data-testid="attempt-response-empty">"The answer had no body."</p> }.into_any(),
+                None => ().into_any(),
+            }}
+            {a.response_headers.clone().map(|h| view! {
+                <details><summary>{format!("Response headers ({})", h.len())}</summary>{headers_table(h, "attempt-response-headers")}</details>
+            })}
+            {a.request_headers.clone().map(|h| view! {
+                <details><summary>{format!("Headers sent ({})", h.len())}</summary>{headers_table(h, "attempt-request-headers")}</details>
+            })}
+        </article>
     }
 }

@@ -9,7 +9,7 @@ use leptos_router::hooks::use_query_map;
 use serde::{Deserialize, Serialize};
 
 use super::{state_class, DeliveryQuery};
-use crate::model::{error_for, FieldError};
+use crate::model::{error_for, FieldError, RetentionDays};
 use crate::format;
 use crate::auth::{error_text, ForRole, Role};
 
@@ -47,6 +47,8 @@ pub struct DeliveryList {
     /// (id, name) of every merchant, for the filter.
     pub merchants: Vec<(String, String)>,
     pub invalid: Vec<FieldError>,
+    /// How long finished deliveries are kept.
+    pub retention: RetentionDays,
 }
 
 /// How many deliveries a bulk retry of the filter would touch.
@@ -105,7 +107,7 @@ pub async fn list_deliveries(#[server(default)] filter: DeliveryQuery, after: Op
     let after = cursor("after", after);
     let before = cursor("before", before);
     let Some(parsed) = parsed.filter(|_| invalid.is_empty()) else {
-        return Ok(DeliveryList { merchants, invalid, ..DeliveryList::default() });
+        return Ok(DeliveryList { merchants, invalid, retention: (&ctx.retention).into(), ..DeliveryList::default() });
     };
     let (items, next, prev): (Vec<Delivery>, _, _) = match (&after, &before) {
         (_, Some(b)) => {
@@ -148,6 +150,7 @@ pub async fn list_deliveries(#[server(default)] filter: DeliveryQuery, after: Op
         prev: prev.as_ref().map(cursor_text),
         merchants,
         invalid,
+        retention: (&ctx.retention).into(),
     })
 }
 
@@ -226,10 +229,17 @@ pub fn DeliveriesPage() -> impl IntoView {
         <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || page.get().map(|r| match r {
                 Err(e) => view! { <p class="error">{error_text(&e)}</p> }.into_any(),
-                Ok(list) => view! {
-                    <FilterForm filter=filter.get_untracked() merchants=list.merchants.clone() invalid=list.invalid.clone()/>
-                    <DeliveryTable list=list filter=filter.get_untracked()/>
-                }.into_any(),
+                Ok(list) => {
+                    let kept = format!(
+                        "Delivered deliveries are kept {} days and failed ones {} days after they finish, with their attempts and events; then they are deleted. Pending deliveries are always kept.",
+                        list.retention.delivered, list.retention.failed
+                    );
+                    view! {
+                        <FilterForm filter=filter.get_untracked() merchants=list.merchants.clone() invalid=list.invalid.clone()/>
+                        <p class="muted" data-testid="retention">{kept}</p>
+                        <DeliveryTable list=list filter=filter.get_untracked()/>
+                    }.into_any()
+                }
             })}
         </Transition>
         <BulkRetry filter=filter on_done=move || page.refetch()/>

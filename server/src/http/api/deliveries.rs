@@ -1,6 +1,8 @@
 //! Reads for the webhook outbox: deliveries by filter (keyset pages), one
 //! delivery with its attempts; breakers.
 
+use std::collections::BTreeMap;
+
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -27,8 +29,66 @@ pub struct DeliveryOut {
     #[schema(value_type = Object)]
     pub delivery: Delivery,
     /// Oldest first.
-    #[schema(value_type = Vec<Object>)]
-    pub attempts: Vec<Attempt>,
+    pub attempts: Vec<AttemptOut>,
+}
+
+/// One attempt: what was sent and what the merchant answered.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptOut {
+    /// The attempt (`att_…`).
+    pub id: String,
+    /// The delivery (`msg_…`, its `X-Webhook-Id`).
+    pub delivery_id: String,
+    /// The merchant (`mer_…`).
+    pub merchant_id: String,
+    /// When it was sent, in Unix microseconds (like the delivery's instants).
+    pub at: i64,
+    /// The ladder that scheduled it: `fast` or `slow`.
+    pub ladder: String,
+    /// `success`, `client_error`, `rate_limited`, `server_error`, `network` or `timeout`.
+    pub outcome: String,
+    /// The answer's HTTP status; absent when no answer came back.
+    pub status_code: Option<u16>,
+    /// From sending to the end of the (bounded) answer, in milliseconds.
+    pub latency_ms: i64,
+    /// Why it did not succeed: the transport error, or `HTTP <status>`.
+    pub error: Option<String>,
+    /// What the merchant answered: at most 4 KiB of the body as text (lossy
+    /// UTF-8, cut on a character boundary), signing secrets and
+    /// `Bearer`/`Basic` credentials replaced by `[redacted]`.
+    pub response_body: Option<String>,
+    /// The body went on past `response_body`.
+    pub response_truncated: bool,
+    /// The request's headers as sent (lower-case names), signature headers
+    /// included; never the signing secret. Absent when no request went out
+    /// or the attempt predates their recording.
+    pub request_headers: Option<BTreeMap<String, String>>,
+    /// The answer's headers (lower-case names, repeats joined by `, `),
+    /// credential headers (`authorization`, cookies, tokens) redacted.
+    pub response_headers: Option<BTreeMap<String, String>>,
+    /// The trial request of a half-open merchant breaker.
+    pub probe: bool,
+}
+
+impl From<Attempt> for AttemptOut {
+    fn from(a: Attempt) -> Self {
+        AttemptOut {
+            id: a.id.as_str().to_owned(),
+            delivery_id: a.delivery_id.as_str().to_owned(),
+            merchant_id: a.merchant_id.as_str().to_owned(),
+            at: a.at.as_micros(),
+            ladder: a.ladder.as_str().to_owned(),
+            outcome: a.outcome.as_str().to_owned(),
+            status_code: a.status_code,
+            latency_ms: a.latency_ms,
+            error: a.error,
+            response_body: a.response_body,
+            response_truncated: a.response_truncated,
+            request_headers: a.request_headers,
+            response_headers: a.response_headers,
+            probe: a.probe,
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -55,7 +115,7 @@ pub async fn get_delivery(State(state): State<AppState>, caller: Caller, Path(id
         Err(e) => return Err(ApiError::internal("reading a delivery", &e)),
     };
     let attempts = state.deliveries.attempts(&delivery_id).await.map_err(|e| ApiError::internal("reading attempts", &e))?;
-    Ok(Json(DeliveryOut { delivery, attempts }))
+    Ok(Json(DeliveryOut { delivery, attempts: attempts.into_iter().map(AttemptOut::from).collect() }))
 }
 
 #[utoipa::path(get, path = "/api/v1/breakers", tag = "webhooks",

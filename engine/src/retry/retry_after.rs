@@ -115,16 +115,8 @@ fn rfc9110_year(yy: i64, current_year: i64) -> i64 {
 
 /// The Gregorian year of `now` (UTC).
 fn civil_year(now: Timestamp) -> i64 {
-    // Days since the epoch to a civil year (H. Hinnant's algorithm).
-    let days = now.as_secs().div_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    yoe + era * 400 + i64::from(month <= 2)
+    time::OffsetDateTime::from_unix_timestamp(now.as_secs())
+        .map_or(1970, |t| i64::from(t.year()))
 }
 
 #[cfg(test)]

@@ -77,33 +77,13 @@ pub fn parse_utc(s: &str) -> Option<i64> {
     let mut t = time.splitn(3, ':').map(|p| p.parse::<i64>().ok());
     let (h, min) = (t.next()??, t.next()??);
     let sec = t.next().unwrap_or(Some(0))?;
-    if !(1970..=9999).contains(&y) || !(1..=12).contains(&m) || !(1..=days_in_month(y, m)).contains(&day) {
+    if !(1970..=9999).contains(&y) || !(0..24).contains(&h) || !(0..60).contains(&min) || !(0..60).contains(&sec) {
         return None;
     }
-    if !(0..24).contains(&h) || !(0..60).contains(&min) || !(0..60).contains(&sec) {
-        return None;
-    }
-    Some(((days_from_civil(y, m, day) * 24 + h) * 60 + min) * 60_000 + sec * 1000)
-}
-
-fn days_in_month(y: i64, m: i64) -> i64 {
-    match m {
-        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 (Howard Hinnant's days-from-civil).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let month = time::Month::try_from(u8::try_from(m).ok()?).ok()?;
+    let date = time::Date::from_calendar_date(i32::try_from(y).ok()?, month, u8::try_from(day).ok()?).ok()?;
+    let midnight = date.midnight().assume_utc().unix_timestamp();
+    Some((midnight + (h * 60 + min) * 60 + sec) * 1000)
 }
 
 /// A page cursor as it appears in links: `<created_at ms>.<delivery id>`.

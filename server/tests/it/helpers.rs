@@ -88,6 +88,30 @@ impl TestApp {
     }
 }
 
+/// Page HTML without the markers Leptos puts between text nodes (`<!>` and
+/// `<!--…-->` comments), so a test can look for what a reader sees:
+/// `class="current">6 h</a>` rather than `class="current">6 h<!></a>`.
+pub fn without_markers(html: &str) -> String {
+    let mut text = String::with_capacity(html.len());
+    let mut rest = html;
+    while let Some(i) = rest.find("<!") {
+        text.push_str(&rest[..i]);
+        rest = &rest[i..];
+        let end = if rest.starts_with("<!--") { rest.find("-->").map(|j| j + 3) } else { rest.find('>').map(|j| j + 1) };
+        match end {
+            // A doctype is markup a reader needs; keep it.
+            Some(j) if !rest[..j].to_ascii_lowercase().starts_with("<!doctype") => rest = &rest[j..],
+            Some(j) => {
+                text.push_str(&rest[..j]);
+                rest = &rest[j..];
+            }
+            None => break,
+        }
+    }
+    text.push_str(rest);
+    text
+}
+
 pub fn site_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/site")
 }

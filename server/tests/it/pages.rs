@@ -1,6 +1,6 @@
 //! Server-side rendering of the web application.
 
-use crate::helpers::{spawn_app, Mode, Role};
+use crate::helpers::{spawn_app, without_markers, Mode, Role};
 
 #[tokio::test]
 async fn the_overview_is_rendered_on_the_server_with_live_health() {
@@ -30,7 +30,7 @@ async fn an_unknown_page_answers_404_with_the_app_frame() {
 #[tokio::test]
 async fn the_overview_draws_its_dashboard_for_the_chosen_period() {
     let app = spawn_app(Mode::Embedded).await;
-    let html = app.get_as(Role::Viewer, "/?hours=6").await.text().await.expect("html");
+    let html = without_markers(&app.get_as(Role::Viewer, "/?hours=6").await.text().await.expect("html"));
     assert!(html.contains(r#"data-testid="dashboard""#), "{html}");
     // Both charts are server-drawn SVG with their titles and units.
     for text in ["Permits", "per minute", "Delivery attempts", "attempts / min", "time (UTC)"] {

@@ -126,6 +126,9 @@ struct Report {
     /// `high` lane: each request's time from asking to holding its permit, µs.
     #[serde(default)]
     high_waits_us: Vec<u64>,
+    /// `high` lane: each request's booked wait (the limiter's part of the above), µs.
+    #[serde(default)]
+    high_booked_us: Vec<u64>,
     /// `high` lane: requests refused (beyond even high's horizon).
     #[serde(default)]
     high_refusals: u64,
@@ -163,8 +166,10 @@ fn now_ms() -> u64 {
 async fn run(shape: Shape, ks: Vec<usize>, modes: Vec<Mode>, windows: u64, redis: String) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locating this executable")?;
     println!("limit {} per {} ms, {} tasks per process, {} windows per run\n", shape.limit, shape.window_ms, shape.tasks, windows);
-    println!("| mode | K | allowed | answered 2xx | share of allowed rate | answered 429 | share 429 |");
-    println!("|---|---|---|---|---|---|---|");
+    if modes.iter().any(|&m| m != Mode::Lanes) {
+        println!("| mode | K | allowed | answered 2xx | share of allowed rate | answered 429 | share 429 |");
+        println!("|---|---|---|---|---|---|---|");
+    }
     for &mode in modes.iter().filter(|&&m| m != Mode::Lanes) {
         for &k in &ks {
             // A fresh upstream per run: its per-account windows start empty.
@@ -247,8 +252,8 @@ async fn report_of(child: tokio::process::Child) -> anyhow::Result<Report> {
 async fn run_lanes(exe: &std::path::Path, shape: &Shape, ks: &[usize], windows: u64, redis: &str) -> anyhow::Result<()> {
     let emission = Duration::from_millis(shape.window_ms) / shape.limit.max(1);
     println!("\nlanes: token bucket {} per {} ms, burst 1 (emission interval {emission:?}); {} tasks per low process\n", shape.limit, shape.window_ms, shape.tasks);
-    println!("| low processes | allowed | answered 2xx | answered 429 | high requests | high refused | high wait p50 | p95 | max | p95 in emission intervals |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| low processes | allowed | answered 2xx | answered 429 | high requests | high refused | high wait p50 | p95 | max | p95 in emission intervals | booked wait p95 | max |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for &k in ks {
         let upstream = MockUpstream::start(shape.limit, Duration::from_millis(shape.window_ms)).await?;
         let start_ms = (now_ms() + 2000).div_ceil(shape.window_ms) * shape.window_ms;
@@ -269,16 +274,21 @@ async fn run_lanes(exe: &std::path::Path, shape: &Shape, ks: &[usize], windows: 
             total.refusals += r.refusals;
             total.high_refusals += r.high_refusals;
             total.high_waits_us.extend(r.high_waits_us);
+            total.high_booked_us.extend(r.high_booked_us);
         }
         upstream.stop();
-        let mut waits = total.high_waits_us.clone();
-        waits.sort_unstable();
-        let pct = |q: f64| waits.get(((q * waits.len() as f64).ceil() as usize).saturating_sub(1)).copied().unwrap_or(0);
+        let sorted = |mut v: Vec<u64>| {
+            v.sort_unstable();
+            v
+        };
+        let (waits, booked) = (sorted(total.high_waits_us.clone()), sorted(total.high_booked_us.clone()));
+        let at = |v: &[u64], q: f64| v.get(((q * v.len() as f64).ceil() as usize).saturating_sub(1)).copied().unwrap_or(0);
+        let pct = |q: f64| at(&waits, q);
         let ms = |us: u64| format!("{:.1} ms", us as f64 / 1000.0);
         // What the rule allows over the run: the burst plus one per emission interval.
         let allowed = 1 + u64::from(shape.limit) * windows;
         println!(
-            "| {k} | {allowed} | {} | {} | {} | {} | {} | {} | {} | **{:.2}** |",
+            "| {k} | {allowed} | {} | {} | {} | {} | {} | {} | {} | **{:.2}** | {} | {} |",
             total.ok,
             total.rejected,
             waits.len(),
@@ -287,6 +297,8 @@ async fn run_lanes(exe: &std::path::Path, shape: &Shape, ks: &[usize], windows: 
             ms(pct(0.95)),
             ms(waits.last().copied().unwrap_or(0)),
             pct(0.95) as f64 / emission.as_micros().max(1) as f64,
+            ms(at(&booked, 0.95)),
+            ms(booked.last().copied().unwrap_or(0)),
         );
         if total.errors > 0 {
             println!("|   | (network errors: {}) |||||||||", total.errors);
@@ -343,9 +355,11 @@ async fn worker(shape: &Shape, run: &Run<'_>, lane: Lane) -> anyhow::Result<Repo
                 }
                 let asked = std::time::Instant::now();
                 match limiter.acquire(&req).await {
-                    Ok(Outcome::Granted(_)) if high => {
-                        let waited = u64::try_from(asked.elapsed().as_micros()).unwrap_or(u64::MAX);
-                        counters.high_waits_us.lock().unwrap_or_else(|p| p.into_inner()).push(waited);
+                    Ok(Outcome::Granted(permit)) if high => {
+                        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+                        let mut waits = counters.high_waits.lock().unwrap_or_else(|p| p.into_inner());
+                        waits.0.push(micros(asked.elapsed()));
+                        waits.1.push(micros(permit.wait));
                     }
                     Ok(Outcome::Granted(_)) => {}
                     Ok(Outcome::Refused(_)) if high => {
@@ -385,13 +399,14 @@ async fn worker(shape: &Shape, run: &Run<'_>, lane: Lane) -> anyhow::Result<Repo
         joined??;
     }
     let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    let high_waits_us = std::mem::take(&mut *counters.high_waits_us.lock().unwrap_or_else(|p| p.into_inner()));
+    let (high_waits_us, high_booked_us) = std::mem::take(&mut *counters.high_waits.lock().unwrap_or_else(|p| p.into_inner()));
     Ok(Report {
         ok: get(&counters.ok),
         rejected: get(&counters.rejected),
         errors: get(&counters.errors),
         refusals: get(&counters.refusals),
         high_waits_us,
+        high_booked_us,
         high_refusals: get(&counters.high_refusals),
     })
 }
@@ -404,5 +419,6 @@ struct Counters {
     errors: AtomicU64,
     refusals: AtomicU64,
     high_refusals: AtomicU64,
-    high_waits_us: std::sync::Mutex<Vec<u64>>,
+    /// `high`: (asked → permit held, booked wait), µs.
+    high_waits: std::sync::Mutex<(Vec<u64>, Vec<u64>)>,
 }

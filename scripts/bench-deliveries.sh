@@ -75,7 +75,7 @@ sluice_in() {
 start_instance() {
   local name="$1" port
   port="$(free_port)"
-  sluice_in "$name" SLUICE_LISTEN="127.0.0.1:$port" SLUICE_DELIVERY_ALLOW_NETWORKS="127.0.0.0/8" \
+  sluice_in "$name" SLUICE_LISTEN="127.0.0.1:$port" SLUICE_DELIVERY_ALLOW_NETWORKS="127.0.0.0/8" SLUICE_DELIVERY_REQUIRE_HTTPS=false \
     SLUICE_SITE_ROOT="$WORK/no-site" "$BIN/sluice" serve > "$WORK/$name.log" 2>&1 &
   echo $! >> "$PIDFILE"
   for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/healthz" > /dev/null 2>&1 && break; sleep 0.1; done

@@ -39,7 +39,7 @@ async fn main() {
     // A pool sized for the load (the test pool is small): 2 workers × 32 in flight.
     let db = Db::connect(&test_db.url, &PoolSettings { max_connections: 48, ..PoolSettings::default() }).await.expect("connect");
     let store = DeliveryStore::new(db);
-    let ssrf = SsrfPolicy::allowing(&["127.0.0.0/8"]).expect("allow-list");
+    let ssrf = SsrfPolicy::allowing(&["127.0.0.0/8"]).expect("allow-list").plain_http_allowed();
     let clock: SharedClock = Arc::new(SystemClock);
     let input = MerchantIn { name: "bench".into(), url: format!("http://{addr}/hook"), scheme: SigningScheme::Sluice, secret: None };
     let merchant = create_merchant(&store, input, &ssrf, &MerchantBreakerConfig::default(), sluice_engine::delivery::ops::Actor::named("test"), clock.now()).await.expect("merchant");

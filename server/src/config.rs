@@ -32,6 +32,7 @@ struct RawSettings {
     redis_timeout_ms: u64,
     delivery_allow_networks: String,
     delivery_worker: bool,
+    delivery_require_https: bool,
     session_secure_cookie: bool,
     quota_sample_every_secs: u64,
     quota_idle_retention_secs: u64,
@@ -62,6 +63,9 @@ pub struct Settings {
     /// CIDRs webhook deliveries may reach despite the SSRF guard.
     pub delivery_allow_networks: Vec<ipnet::IpNet>,
     pub delivery_worker: bool,
+    /// Merchant URLs must be https: plain http is refused on create and
+    /// edit, and merchants that still have one are held (not delivered to).
+    pub delivery_require_https: bool,
     /// Mark the session cookie `Secure` (set when served over HTTPS).
     pub session_secure_cookie: bool,
     /// How often the quota history sampler records the limiter's counters.
@@ -308,6 +312,7 @@ impl RawSettings {
                 redis_timeout: std::time::Duration::from_millis(self.redis_timeout_ms),
                 delivery_allow_networks,
                 delivery_worker: self.delivery_worker,
+                delivery_require_https: self.delivery_require_https,
                 session_secure_cookie: self.session_secure_cookie,
                 quota_sample_every: std::time::Duration::from_secs(self.quota_sample_every_secs),
                 quota_idle_retention: std::time::Duration::from_secs(self.quota_idle_retention_secs),
@@ -350,6 +355,7 @@ impl fmt::Debug for Settings {
             .field("redis_timeout", &self.redis_timeout)
             .field("delivery_allow_networks", &self.delivery_allow_networks)
             .field("delivery_worker", &self.delivery_worker)
+            .field("delivery_require_https", &self.delivery_require_https)
             .field("session_secure_cookie", &self.session_secure_cookie)
             .field("quota_sample_every", &self.quota_sample_every)
             .field("quota_idle_retention", &self.quota_idle_retention)
@@ -397,6 +403,9 @@ mod tests {
         assert_eq!(s.database_url, "sqlite://data/sluice.db?mode=rwc");
         assert_eq!(s.redis_url, None);
         assert_eq!(s.redis_prefix, "sluice");
+        assert!(s.delivery_require_https, "sluice serve requires https merchant URLs unless told otherwise");
+        let s = load_env(None, &[("SLUICE_DELIVERY_REQUIRE_HTTPS", "false")]).expect("valid");
+        assert!(!s.delivery_require_https);
     }
 
     #[test]

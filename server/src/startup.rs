@@ -146,7 +146,7 @@ impl Application {
             limiter: limiter.clone(),
             rules: rules.clone(),
             deliveries: deliveries.clone(),
-            ssrf: SsrfPolicy { allow: settings.delivery_allow_networks.clone() },
+            ssrf: delivery_url_policy(&settings),
             upstream_breakers: upstream_breakers.clone(),
             upstream_breaker_admin: upstream_breaker_admin.clone(),
             delivery_ladder: delivery_timing(&settings).0,
@@ -306,10 +306,14 @@ async fn build_limiter(store: Arc<dyn QuotaStore>, db: &Db, clock: &SharedClock)
 }
 
 fn worker_config(settings: &Settings) -> WorkerConfig {
-    // The allow-list was parsed and validated with the rest of the settings.
-    let ssrf = SsrfPolicy { allow: settings.delivery_allow_networks.clone() };
     let (ladder, breaker) = delivery_timing(settings);
-    WorkerConfig { ssrf, ladder, breaker, ..WorkerConfig::default() }
+    WorkerConfig { ssrf: delivery_url_policy(settings), ladder, breaker, ..WorkerConfig::default() }
+}
+
+/// Which merchant URLs this instance accepts and delivers to. The allow-list
+/// was parsed and validated with the rest of the settings.
+fn delivery_url_policy(settings: &Settings) -> SsrfPolicy {
+    SsrfPolicy { allow: settings.delivery_allow_networks.clone(), require_https: settings.delivery_require_https }
 }
 
 /// The ladder and breaker timings this instance delivers with; operations

@@ -9,6 +9,13 @@
 //! reqwest), so a hostname that resolves to 127.0.0.1 — or starts to after a
 //! DNS change — is refused too. The HTTP client is built without proxies, so
 //! nothing connects on the guard's behalf.
+//!
+//! The same policy says whether plain `http://` is acceptable at all
+//! (`require_https`, the `delivery_require_https` setting): the merchant
+//! onboarding checklist asks for "HTTPS with a valid certificate". While it
+//! is on, new `http://` URLs are refused and merchants that still have one
+//! are held: their deliveries wait, unsent and not failed, until the URL is
+//! fixed ([`SsrfPolicy::holds`]).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -27,23 +34,48 @@ pub enum SsrfError {
     NoHost,
     #[error("address {0} is not public and not in the allow-list")]
     Forbidden(IpAddr),
+    #[error("plain http is refused: merchant URLs must use https (delivery_require_https is on)")]
+    PlainHttp,
 }
 
-/// Which non-public addresses are allowed anyway.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Which non-public addresses are allowed anyway, and whether plain http is.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SsrfPolicy {
     pub allow: Vec<IpNet>,
+    /// Refuse `http://` merchant URLs and hold deliveries to merchants that
+    /// still have one.
+    pub require_https: bool,
+}
+
+impl Default for SsrfPolicy {
+    fn default() -> Self {
+        SsrfPolicy { allow: Vec::new(), require_https: true }
+    }
 }
 
 impl SsrfPolicy {
-    /// No exceptions: only public addresses.
+    /// No exceptions: only public addresses, only https.
     pub fn strict() -> Self {
         SsrfPolicy::default()
     }
 
-    /// Parse an allow-list such as `["127.0.0.0/8", "::1/128"]`.
+    /// Parse an allow-list such as `["127.0.0.0/8", "::1/128"]` (https still required).
     pub fn allowing(cidrs: &[&str]) -> Result<Self, ipnet::AddrParseError> {
-        Ok(SsrfPolicy { allow: cidrs.iter().map(|c| c.parse()).collect::<Result<_, _>>()? })
+        Ok(SsrfPolicy { allow: cidrs.iter().map(|c| c.parse()).collect::<Result<_, _>>()?, require_https: true })
+    }
+
+    /// The same policy, accepting plain `http://` URLs too (the demo and
+    /// tests whose receivers listen on loopback without TLS).
+    pub fn plain_http_allowed(mut self) -> Self {
+        self.require_https = false;
+        self
+    }
+
+    /// Whether deliveries to `url` are held: https is required and the URL
+    /// is plain http. Such a merchant was registered before the setting was
+    /// on; its deliveries wait until an admin gives it an https URL.
+    pub fn holds(&self, url: &str) -> bool {
+        self.require_https && Url::parse(url).is_ok_and(|u| u.scheme() == "http")
     }
 
     pub fn is_allowed(&self, ip: IpAddr) -> bool {
@@ -66,6 +98,7 @@ impl SsrfPolicy {
         };
         match ip {
             Some(ip) if !self.is_allowed(ip) => Err(SsrfError::Forbidden(ip)),
+            _ if self.require_https && parsed.scheme() == "http" => Err(SsrfError::PlainHttp),
             _ => Ok(parsed),
         }
     }
@@ -197,8 +230,22 @@ mod tests {
     }
 
     #[test]
+    fn plain_http_is_refused_and_held_only_while_https_is_required() {
+        let strict = SsrfPolicy::strict();
+        assert_eq!(strict.check_url("http://merchant.example/hook").err(), Some(SsrfError::PlainHttp));
+        assert!(strict.check_url("HTTPS://merchant.example/hook").is_ok());
+        assert!(strict.holds("http://merchant.example/hook"));
+        assert!(!strict.holds("https://merchant.example/hook"));
+        let lax = SsrfPolicy::strict().plain_http_allowed();
+        assert!(lax.check_url("http://merchant.example/hook").is_ok());
+        assert!(!lax.holds("http://merchant.example/hook"));
+        let msg = SsrfError::PlainHttp.to_string();
+        assert!(msg.contains("https") && msg.contains("delivery_require_https"), "{msg}");
+    }
+
+    #[test]
     fn the_allow_list_lets_named_ranges_through() {
-        let p = SsrfPolicy::allowing(&["127.0.0.0/8"]).expect("cidr");
+        let p = SsrfPolicy::allowing(&["127.0.0.0/8"]).expect("cidr").plain_http_allowed();
         assert!(p.check_url("http://127.0.0.1:8080/").is_ok());
         assert!(p.check_url("http://10.0.0.1/").is_err());
         assert!(SsrfPolicy::allowing(&["nonsense"]).is_err());

@@ -264,6 +264,22 @@ impl DeliveryStore {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Put a claimed delivery back unsent until `until`, spending nothing:
+    /// no attempt, no deferral, no ladder step (its merchant is held).
+    pub async fn hold(&self, id: &DeliveryId, owner: &str, until: Timestamp, now: Timestamp) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE deliveries SET status = 'PENDING', lease_owner = NULL, lease_until = NULL, next_attempt_at = $3, \
+             updated_at = $4 WHERE id = $1 AND status = 'DELIVERING' AND lease_owner = $2",
+        )
+        .bind(id.as_str())
+        .bind(owner)
+        .bind(until.as_millis())
+        .bind(now.as_millis())
+        .execute(self.db.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Fail a claimed delivery without an attempt (a ceiling passed while it waited).
     pub async fn fail_unsent(&self, id: &DeliveryId, owner: &str, reason: FailedReason, now: Timestamp) -> Result<bool, StoreError> {
         let done = sqlx::query(

@@ -101,9 +101,16 @@ pub struct StepReport {
     pub retrying: usize,
     pub failed: usize,
     pub deferred: usize,
+    /// Put back unsent: the merchant's URL is plain http while https is required.
+    pub held: usize,
     /// Rows whose lease another instance took over meanwhile.
     pub lost: usize,
 }
+
+/// How long a held delivery (plain-http merchant while https is required)
+/// waits before it is looked at again: a fixed URL is delivered to within
+/// this time.
+pub const HOLD_RECHECK: Duration = Duration::from_secs(30);
 
 /// Deliveries handled, by result (`/metrics`; a no-op without a recorder).
 pub const RESULTS_METRIC: &str = "sluice_delivery_results_total";
@@ -115,6 +122,7 @@ impl StepReport {
             ("retrying", self.retrying),
             ("failed", self.failed),
             ("deferred", self.deferred),
+            ("held", self.held),
             ("lost", self.lost),
         ];
         for (result, n) in results {
@@ -130,6 +138,7 @@ enum JobResult {
     Retrying,
     Failed,
     Deferred,
+    Held,
     Lost,
 }
 
@@ -173,6 +182,7 @@ impl Worker {
                 JobResult::Retrying => report.retrying += 1,
                 JobResult::Failed => report.failed += 1,
                 JobResult::Deferred => report.deferred += 1,
+                JobResult::Held => report.held += 1,
                 JobResult::Lost => report.lost += 1,
             }
         }
@@ -216,6 +226,12 @@ impl Worker {
         let now = self.clock.now();
         let (job, breaker) = self.store.job(&id).await?;
         let d = &job.delivery;
+        if self.config.ssrf.holds(&job.merchant.url) {
+            // Neither sent nor failed, whatever its ceilings say: it waits for
+            // an https URL and is looked at again after `HOLD_RECHECK`.
+            let ours = self.store.hold(&id, owner, now + HOLD_RECHECK, now).await?;
+            return Ok(if ours { JobResult::Held } else { JobResult::Lost });
+        }
         let state = ladder_state(d);
         if let Some(reason) = ladder::ceiling_reached(&state, now, &self.config.ladder) {
             let ours = self.store.fail_unsent(&id, owner, reason, now).await?;
@@ -331,7 +347,11 @@ impl Worker {
             Ok(r) => r,
             Err(e) => {
                 let outcome = if e.is_timeout() { AttemptOutcome::Timeout } else { AttemptOutcome::Network };
-                return Sent { request_headers: Some(sent_headers), ..Sent::unsent(outcome, error_chain(&e), elapsed(started)) };
+                let text = match certificate_error(&e) {
+                    Some(cert) => format!("TLS certificate error: {cert} ({})", error_chain(&e)),
+                    None => error_chain(&e),
+                };
+                return Sent { request_headers: Some(sent_headers), ..Sent::unsent(outcome, text, elapsed(started)) };
             }
         };
         let code = resp.status().as_u16();
@@ -433,4 +453,28 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     out
+}
+
+/// The certificate problem behind a failed connect, if that is what it was:
+/// the merchant's HTTPS certificate did not verify (expired, self-signed,
+/// wrong host, unknown issuer). `io::Error` does not hand out the error it
+/// wraps as its `source`, so each one in the chain is looked into.
+pub fn certificate_error(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    const INVALID: &str = "invalid peer certificate: ";
+    let mut next = Some(e);
+    while let Some(err) = next {
+        let tls = err
+            .downcast_ref::<rustls::Error>()
+            .or_else(|| err.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|inner| inner.downcast_ref::<rustls::Error>()));
+        if let Some(rustls::Error::InvalidCertificate(reason)) = tls {
+            return Some(format!("{reason:?}"));
+        }
+        // Layers between reqwest and rustls may hand the error on only as
+        // text; rustls words every certificate error this way.
+        if let Some(reason) = err.to_string().strip_prefix(INVALID) {
+            return Some(reason.to_owned());
+        }
+        next = err.source();
+    }
+    None
 }

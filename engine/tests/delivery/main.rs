@@ -3,6 +3,7 @@
 //! Time is a `ManualClock` driven with `Worker::run_once`; nothing sleeps.
 
 mod crash;
+mod https;
 mod ladders;
 mod ops;
 mod retention;
@@ -53,7 +54,8 @@ pub fn test_config(name: &str) -> WorkerConfig {
     WorkerConfig {
         instance_id: name.to_owned(),
         request_timeout: Duration::from_secs(5),
-        ssrf: SsrfPolicy::allowing(&["127.0.0.0/8", "::1/128"]).expect("allow-list"),
+        // The receivers listen on loopback without TLS.
+        ssrf: SsrfPolicy::allowing(&["127.0.0.0/8", "::1/128"]).expect("allow-list").plain_http_allowed(),
         breaker: MerchantBreakerConfig { min_attempts: u32::MAX, ..MerchantBreakerConfig::default() },
         ..WorkerConfig::default()
     }

@@ -226,7 +226,7 @@ async fn during_a_secret_rotation_both_signatures_are_sent(db: sluice_engine::db
 }
 
 async fn the_ssrf_guard_refuses_loopback_without_the_allow_list(db: sluice_engine::db::testing::TestDb) {
-    let strict = WorkerConfig { ssrf: SsrfPolicy::strict(), ..test_config("w1") };
+    let strict = WorkerConfig { ssrf: SsrfPolicy::strict().plain_http_allowed(), ..test_config("w1") };
     let h = Harness::with(db, Reply::Status(200), test_config("setup"), SigningScheme::Sluice).await;
     let worker = Worker::new(h.store.clone(), h.clock.clone(), strict.clone()).expect("worker");
     let literal = h.event("payment.status_changed", "paid").await;

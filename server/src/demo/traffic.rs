@@ -48,7 +48,7 @@ pub async fn ensure_demo_rule(state: &AppState) -> anyhow::Result<()> {
 /// One merchant per mock endpoint, created once (by name) and pointed at this
 /// run's ports.
 pub async fn ensure_demo_merchants(state: &AppState, mocks: &MockMerchants) -> anyhow::Result<Vec<MerchantId>> {
-    let ssrf = SsrfPolicy { allow: super::loopback_networks() };
+    let ssrf = SsrfPolicy { allow: super::loopback_networks(), require_https: false };
     let existing = state.deliveries.list_merchants(state.clock.now(), &Default::default()).await?;
     let mut ids = Vec::new();
     for (name, url) in mocks.endpoints() {

@@ -323,3 +323,46 @@ async fn metrics_count_deliveries_by_result() {
     assert!(delivered.is_some_and(|n| n >= 1.0), "{text}");
     mocks.stop();
 }
+
+#[tokio::test]
+async fn with_https_required_plain_http_is_refused_and_existing_http_merchants_are_flagged_as_held() {
+    use sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig;
+    use sluice_engine::delivery::model::{MerchantIn, SigningScheme};
+    use sluice_engine::delivery::ops::{create_merchant, Actor};
+    use sluice_engine::delivery::ssrf::SsrfPolicy;
+
+    let api = spawn_api_with(Mode::Embedded, &[("SLUICE_DELIVERY_REQUIRE_HTTPS", "true")]).await;
+    let https = merchant(&api).await;
+    let create = (Method::POST, "/api/v1/merchants".to_owned(), json!({"name": "Plain", "url": "http://shop.example/hooks"}));
+    let edit = (Method::PATCH, format!("/api/v1/merchants/{https}"), json!({"url": "http://shop.example/hooks"}));
+    for (method, path, input) in [create, edit] {
+        let (status, _, body) = api.call(method, &path, Some(&api.admin), Some(input)).await;
+        assert_error(status, &body, StatusCode::UNPROCESSABLE_ENTITY, "invalid_url");
+        assert_eq!(body["fields"][0]["field"], "url", "{body}");
+        assert!(body["fields"][0]["message"].as_str().is_some_and(|m| m.contains("must use https")), "{body}");
+    }
+
+    // A merchant registered while plain http was accepted is flagged, in the API and on its page.
+    let input = MerchantIn { name: "Old Plain".into(), url: "http://shop.example/hooks".into(), scheme: SigningScheme::Sluice, secret: None };
+    let lax = SsrfPolicy::strict().plain_http_allowed();
+    let plain = create_merchant(&DeliveryStore::new(api.app.db.db()), input, &lax, &MerchantBreakerConfig::default(), Actor::named("test"), sluice_engine::clock::Timestamp::from_millis(0))
+        .await
+        .expect("plain merchant");
+    let (status, _, listed) = api.call(Method::GET, "/api/v1/merchants", Some(&api.worker), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let held: Vec<(String, bool)> = listed["merchants"]
+        .as_array()
+        .expect("merchants")
+        .iter()
+        .map(|m| (m["merchant"]["id"].as_str().expect("id").to_owned(), m["deliveries_held"].as_bool().expect("flag")))
+        .collect();
+    assert!(held.contains(&(plain.id.as_str().to_owned(), true)) && held.contains(&(https.clone(), false)), "{held:?}");
+    let admin = api.app.signed_in(crate::helpers::Role::Admin).await;
+    let page = admin.get(api.app.url("/merchants")).send().await.expect("page").text().await.expect("html");
+    assert_eq!(page.matches("data-testid=\"merchant-held\"").count(), 1, "only the http merchant is flagged");
+    // The form says what is wrong with the URL.
+    let form = [("name", "Plain"), ("url", "http://shop.example/hooks"), ("scheme", "sluice")];
+    let answer: Value = api.app.call(&admin, "/ui/merchants/create", &form).await.json().await.expect("json");
+    assert_eq!(answer["Invalid"][0]["field"], "url", "{answer}");
+    assert!(answer["Invalid"][0]["message"].as_str().is_some_and(|m| m.contains("must use https")), "{answer}");
+}

@@ -109,8 +109,9 @@ impl World {
     }
 }
 
+/// The test receivers: plain http on loopback.
 fn loopback() -> SsrfPolicy {
-    SsrfPolicy::allowing(&["127.0.0.0/8"]).expect("allow-list")
+    SsrfPolicy::allowing(&["127.0.0.0/8"]).expect("allow-list").plain_http_allowed()
 }
 
 /// A merchant whose breaker is open: five deliveries to a refused port.

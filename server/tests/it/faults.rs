@@ -149,7 +149,8 @@ impl Producer {
 async fn fixtures(db: &Db, hook: &str) -> (String, String) {
     let (_, token) = create_token(db, "worker-1", ApiScope::Worker, NOW).await.expect("worker token");
     let input = MerchantIn { name: "Shop".into(), url: hook.into(), scheme: SigningScheme::Sluice, secret: None };
-    let loopback = SsrfPolicy { allow: vec!["127.0.0.0/8".parse().expect("cidr")] };
+    // The receiver is plain http on loopback.
+    let loopback = SsrfPolicy { allow: vec!["127.0.0.0/8".parse().expect("cidr")], require_https: false };
     let merchant = create_merchant(&DeliveryStore::new(db.clone()), input, &loopback, &MerchantBreakerConfig::default(), Actor::named("test"), NOW)
         .await
         .expect("merchant");

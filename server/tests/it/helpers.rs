@@ -142,6 +142,9 @@ pub async fn spawn_app_with_clock(mode: Mode, extra: &[(&str, &str)], clock: Sha
         // Tests run many apps at once on two cores: a Redis call may queue far
         // longer than the production default allows without Redis being down.
         ("SLUICE_REDIS_TIMEOUT_MS".into(), "5000".into()),
+        // The tests' receivers listen on loopback without TLS; the tests of
+        // the https requirement turn it back on.
+        ("SLUICE_DELIVERY_REQUIRE_HTTPS".into(), "false".into()),
     ];
     if mode == Mode::Distributed {
         env.push(("REDIS_URL".into(), test_redis_url()));

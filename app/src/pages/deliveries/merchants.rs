@@ -1,6 +1,8 @@
 //! Merchants: where webhooks go, how they are signed, and each merchant's
 //! delivery breaker. Everyone signed in reads; admins create merchants,
-//! change URLs (checked against SSRF) and rotate secrets.
+//! change URLs (checked against SSRF) and rotate secrets. While https is
+//! required (`delivery_require_https`), a merchant whose URL is still plain
+//! http is flagged: its deliveries are held until the URL is fixed.
 //!
 //! Secrets are never shown in full except once, in the answer to the
 //! creation or rotation that produced them; afterwards the page shows a
@@ -23,6 +25,8 @@ pub struct MerchantView {
     pub id: String,
     pub name: String,
     pub url: String,
+    /// Plain http while https is required: deliveries wait for an https URL.
+    pub held: bool,
     pub scheme: String,
     /// e.g. `whsec_…(32 characters)`: never the secret itself.
     pub secret_hint: String,
@@ -66,6 +70,7 @@ pub async fn list_merchants() -> Result<Vec<MerchantView>, ServerFnError> {
                 id: m.id.as_str().to_owned(),
                 name: m.name.clone(),
                 url: m.url.clone(),
+                held: ctx.ssrf.holds(&m.url),
                 scheme: m.scheme.as_str().to_owned(),
                 secret_hint: secret_hint(&m.secret),
                 previous_secret_until: m.previous_secret_expires_at.filter(|t| *t > now).map(|t| t.as_millis()),
@@ -229,6 +234,12 @@ pub fn MerchantsPage() -> impl IntoView {
                                         <td><strong>{m.name.clone()}</strong><br/><span class="muted mono">{m.id.clone()}</span></td>
                                         <td class="wrap">
                                             {m.url.clone()}
+                                            {m.held.then(|| view! {
+                                                <br/><span class="pill bad" data-testid="merchant-held"
+                                                    title="Merchant URLs must use https (delivery_require_https). Nothing is sent or failed meanwhile.">
+                                                    "plain http: deliveries held until the URL uses https"
+                                                </span>
+                                            })}
                                             {admin.then(|| view! {
                                                 <details>
                                                     <summary>"Change URL"</summary>

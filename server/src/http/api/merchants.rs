@@ -39,7 +39,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[schema(example = json!({"name": "Acme Shop", "url": "https://acme.example/webhooks", "scheme": "sluice"}))]
 pub struct MerchantIn {
     pub name: String,
-    /// The webhook endpoint (http or https; private addresses are refused).
+    /// The webhook endpoint: https (plain http only where the deployment
+    /// turned `delivery_require_https` off); private addresses are refused.
     pub url: String,
     /// `sluice` (default) or `standard_webhooks`.
     pub scheme: Option<String>,
@@ -71,6 +72,9 @@ pub struct MerchantOut {
     pub merchant: Merchant,
     #[schema(value_type = Object)]
     pub breaker: MerchantBreaker,
+    /// The URL is plain http while the deployment requires https: its
+    /// deliveries are held (neither sent nor failed) until the URL is fixed.
+    pub deliveries_held: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -117,7 +121,11 @@ pub async fn list_merchants(State(state): State<AppState>, caller: Caller) -> Re
         .list_merchants(state.clock.now(), &breaker_cfg)
         .await
         .map_err(|e| ApiError::internal("listing merchants", &e))?;
-    let merchants = all.into_iter().map(|m| MerchantOut { merchant: m.merchant, breaker: m.breaker }).collect();
+    let ssrf = &state.app_context.ssrf;
+    let merchants = all
+        .into_iter()
+        .map(|m| MerchantOut { deliveries_held: ssrf.holds(&m.merchant.url), merchant: m.merchant, breaker: m.breaker })
+        .collect();
     Ok(Json(MerchantsOut { merchants }))
 }
 

@@ -20,6 +20,10 @@ pub enum AuditAction {
     LimitCreate,
     LimitUpdate,
     LimitDelete,
+    /// A scope's retry profile set (created or replaced).
+    RetryProfileSet,
+    /// A scope's retry profile removed (it falls back to `*`'s or the default).
+    RetryProfileDelete,
     MerchantCreate,
     MerchantUpdateUrl,
     MerchantRotateSecret,
@@ -40,10 +44,12 @@ pub enum AuditAction {
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 17] = [
+    pub const ALL: [AuditAction; 19] = [
         AuditAction::LimitCreate,
         AuditAction::LimitUpdate,
         AuditAction::LimitDelete,
+        AuditAction::RetryProfileSet,
+        AuditAction::RetryProfileDelete,
         AuditAction::MerchantCreate,
         AuditAction::MerchantUpdateUrl,
         AuditAction::MerchantRotateSecret,
@@ -66,6 +72,8 @@ impl AuditAction {
             AuditAction::LimitCreate => "limit.create",
             AuditAction::LimitUpdate => "limit.update",
             AuditAction::LimitDelete => "limit.delete",
+            AuditAction::RetryProfileSet => "retry_profile.set",
+            AuditAction::RetryProfileDelete => "retry_profile.delete",
             AuditAction::MerchantCreate => "merchant.create",
             AuditAction::MerchantUpdateUrl => "merchant.update_url",
             AuditAction::MerchantRotateSecret => "merchant.rotate_secret",
@@ -384,7 +392,7 @@ mod tests {
         assert_eq!(
             names,
             [
-                "limit.create", "limit.update", "limit.delete", "merchant.create", "merchant.update_url",
+                "limit.create", "limit.update", "limit.delete", "retry_profile.set", "retry_profile.delete", "merchant.create", "merchant.update_url",
                 "merchant.rotate_secret", "breaker.reset", "upstream_breaker.reset", "delivery.redeliver",
                 "delivery.retry_now", "delivery.bulk_retry", "user.create", "user.password", "user.role", "user.delete",
                 "token.create", "token.revoke",

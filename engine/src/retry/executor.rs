@@ -17,7 +17,8 @@ use rand::{RngCore, SeedableRng};
 
 use super::gate::{CallTarget, GatePermit, GateRefusal, QuotaGate};
 use super::outcome::{is_idempotent, NetworkFailure, Outcome};
-use super::policy::{draw_jitter, RateLimitFacts, RetryPolicy};
+use super::policy::{draw_unit, RateLimitFacts, RetryPolicy};
+use super::profiles::RetryProfiles;
 use super::retry_after::retry_after_from_headers;
 use crate::upstream_breaker::{UpstreamAdmission, UpstreamBreaker, BreakerError, BreakerKey};
 use crate::clock::{SharedClock, Timestamp};
@@ -100,6 +101,10 @@ pub enum GiveUpReason {
     WaitCeiling { retry_after: Option<Duration> },
     #[error("non-retryable status {0}")]
     NonRetryableStatus(StatusCode),
+    /// A network failure the retry profile does not retry (e.g. VTEX's, which
+    /// retries only 429 and 503).
+    #[error("the retry profile does not retry network failures")]
+    NetworkNotRetried,
     #[error("request may have reached the upstream and is not safe to repeat")]
     UnsafeToRepeat,
     #[error("store unavailable")]
@@ -122,6 +127,7 @@ impl GiveUpReason {
             GiveUpReason::BudgetExhausted => "budget_exhausted",
             GiveUpReason::WaitCeiling { .. } => "wait_ceiling",
             GiveUpReason::NonRetryableStatus(_) => "non_retryable_status",
+            GiveUpReason::NetworkNotRetried => "network_not_retried",
             GiveUpReason::UnsafeToRepeat => "unsafe_to_repeat",
             GiveUpReason::StoreUnavailable(_) => "store_unavailable",
             GiveUpReason::BreakerOpen { .. } => "breaker_open",
@@ -204,11 +210,14 @@ pub struct Completed<R> {
 }
 
 /// Runs calls by a [`RetryPolicy`], through the limiter and (optionally) the
-/// upstream breaker.
+/// upstream breaker. With [`RetryExecutor::with_profiles`], each call is
+/// retried by the profile of its scope (read at the call's start, so an
+/// edit applies to the next call without a restart).
 pub struct RetryExecutor {
     gate: Arc<dyn QuotaGate>,
     breaker: Option<UpstreamBreaker>,
     policy: RetryPolicy,
+    profiles: Option<RetryProfiles>,
     clock: SharedClock,
     rng: Mutex<Box<dyn RngCore + Send>>,
 }
@@ -219,6 +228,7 @@ impl fmt::Debug for RetryExecutor {
             .field("gate", &self.gate)
             .field("breaker", &self.breaker)
             .field("policy", &self.policy)
+            .field("profiles", &self.profiles.as_ref().map(RetryProfiles::version))
             .finish_non_exhaustive()
     }
 }
@@ -230,6 +240,7 @@ impl RetryExecutor {
             gate,
             breaker: None,
             policy: RetryPolicy::default(),
+            profiles: None,
             clock,
             rng: Mutex::new(Box::new(rand::rngs::StdRng::from_os_rng())),
         }
@@ -238,6 +249,18 @@ impl RetryExecutor {
     pub fn with_policy(mut self, policy: RetryPolicy) -> Self {
         self.policy = policy;
         self
+    }
+
+    /// Retry each call by the profile of its scope (or of scope `*`); a scope
+    /// with neither uses this executor's own policy.
+    pub fn with_profiles(mut self, profiles: RetryProfiles) -> Self {
+        self.profiles = Some(profiles);
+        self
+    }
+
+    /// The policy a call in `scope` is retried by.
+    pub fn policy_for(&self, scope: &str) -> RetryPolicy {
+        self.profiles.as_ref().and_then(|p| p.policy_for(scope)).unwrap_or(self.policy)
     }
 
     pub fn with_breaker(mut self, breaker: UpstreamBreaker) -> Self {
@@ -259,9 +282,10 @@ impl RetryExecutor {
         &self.clock
     }
 
-    fn jitter(&self) -> Duration {
+    /// One uniform draw per pause, whatever the jitter shape.
+    fn draw(&self) -> f64 {
         let mut rng = self.rng.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        draw_jitter(rng.as_mut(), self.policy.base_delay())
+        draw_unit(rng.as_mut())
     }
 
     /// Run `call`, sending each attempt with `send`, until a 2xx or a reason to
@@ -272,7 +296,8 @@ impl RetryExecutor {
         mut send: S,
     ) -> Result<Completed<S::Response>, RetryError<S::Response, S::Error>> {
         let target = &call.target;
-        let deadline = self.clock.now() + self.policy.total_budget();
+        let policy = self.policy_for(&target.scope);
+        let deadline = self.clock.now() + policy.total_budget();
         let breaker_key = match &self.breaker {
             Some(_) => match BreakerKey::new(target.account.as_deref(), &target.scope) {
                 Ok(key) => Some(key),
@@ -280,8 +305,9 @@ impl RetryExecutor {
             },
             None => None,
         };
-        let max_attempts = call.max_attempts.map_or(self.policy.max_attempts(), |n| n.min(self.policy.max_attempts()));
+        let max_attempts = call.max_attempts.map_or(policy.max_attempts(), |n| n.min(policy.max_attempts()));
         let mut last = None;
+        let mut previous_backoff = None;
         for attempt in 1..=max_attempts {
             let sent = attempt - 1;
             let mut probing = false;
@@ -297,7 +323,7 @@ impl RetryExecutor {
                     Err(e) => return Err(give_up(e.into(), sent, last)),
                 }
             }
-            let permit = match self.gate.acquire(target, self.policy.own_wait_ceiling()).await {
+            let permit = match self.gate.acquire(target, policy.own_wait_ceiling()).await {
                 Ok(permit) => permit,
                 Err(refusal) => {
                     self.abandon_probe(probing, breaker_key.as_ref()).await;
@@ -317,12 +343,12 @@ impl RetryExecutor {
                 self.record_breaker(breaker_key.as_ref(), true).await;
                 return Err(give_up(GiveUpReason::BudgetExhausted, attempt, None));
             };
-            let (outcome, retry_after) = match &result {
+            let (outcome, status, retry_after) = match &result {
                 Ok(response) => {
                     let outcome = Outcome::from_status(response.status());
-                    (outcome, retry_after_from_headers(response.headers(), self.clock.now()))
+                    (outcome, Some(response.status()), retry_after_from_headers(response.headers(), self.clock.now()))
                 }
-                Err(e) => (Outcome::Network(e.failure()), None),
+                Err(e) => (Outcome::Network(e.failure()), None, None),
             };
             self.record_breaker(breaker_key.as_ref(), outcome.is_upstream_failure()).await;
             match (outcome, result) {
@@ -330,20 +356,19 @@ impl RetryExecutor {
                     self.feedback(self.gate.observe(target, response.headers()).await, "observe");
                     return Ok(Completed { response, attempts: attempt });
                 }
-                (Outcome::NonRetryable, Ok(response)) => {
-                    let status = response.status();
-                    let last = Some(LastAttempt::Response(response));
-                    return Err(give_up(GiveUpReason::NonRetryableStatus(status), attempt, last));
-                }
                 (_, Ok(response)) => last = Some(LastAttempt::Response(response)),
                 (_, Err(e)) => last = Some(LastAttempt::Transport(e)),
             }
             if outcome == Outcome::RateLimited {
                 // Penalize first: other workers on this bucket must hold back
-                // too, not only this call.
+                // too, not only this call (whether or not it is retried).
                 self.feedback(self.gate.penalize(target, retry_after).await, "penalize");
             }
-            if !outcome.is_retryable(call.repeat_is_safe) {
+            if !policy.retries(outcome, status) {
+                let reason = status.map_or(GiveUpReason::NetworkNotRetried, GiveUpReason::NonRetryableStatus);
+                return Err(give_up(reason, attempt, last));
+            }
+            if outcome.may_have_reached_upstream() && !call.repeat_is_safe {
                 return Err(give_up(GiveUpReason::UnsafeToRepeat, attempt, last));
             }
             if attempt == max_attempts {
@@ -354,7 +379,9 @@ impl RetryExecutor {
                 refill_one_token: permit.refill_one_token,
                 rule_wait_ceiling: permit.wait_ceiling,
             };
-            let delay = self.policy.delay_after(outcome, attempt, self.jitter(), &facts);
+            let backoff = policy.backoff(attempt, previous_backoff, self.draw());
+            previous_backoff = Some(backoff);
+            let delay = policy.delay_after(outcome, backoff, &facts);
             match self.remaining(deadline) {
                 Some(remaining) if delay < remaining => {}
                 _ => return Err(give_up(GiveUpReason::BudgetExhausted, attempt, last)),

@@ -4,7 +4,11 @@
 //! - [`outcome`]: 2xx / 429 / 5xx / network / non-retryable.
 //! - [`retry_after`]: RFC 9110 `Retry-After` (seconds and all three date forms),
 //!   the one parser of the header, also used by the HTTP API.
-//! - [`policy`]: the validated [`RetryPolicy`] and the pure delay function.
+//! - [`policy`]: the validated [`RetryPolicy`] and the pure delay function;
+//!   [`jitter`]: the backoff shapes (`additive`, `none`, `full`, `equal`,
+//!   `decorrelated`).
+//! - [`profiles`]: named policies (presets `default`, `wb`, `vtex`) chosen per
+//!   scope; [`profiles_repo`]: stored in `retry_profiles`, hot-reloaded.
 //! - [`gate`]: what the executor needs from the limiter ([`QuotaGate`]);
 //!   [`quota_gate`] implements it for the shared-quota [`Limiter`](crate::quota::Limiter).
 //! - [`executor`]: the loop ([`RetryExecutor::run`]) and its give-up reasons.
@@ -29,9 +33,12 @@
 
 pub mod executor;
 pub mod gate;
+pub mod jitter;
 pub mod middleware;
 pub mod outcome;
 pub mod policy;
+pub mod profiles;
+pub mod profiles_repo;
 pub mod quota_gate;
 pub mod retry_after;
 #[cfg(any(test, feature = "testing"))]
@@ -43,4 +50,6 @@ pub use executor::{
 };
 pub use gate::{CallTarget, GateError, GatePermit, GateRefusal, QuotaGate};
 pub use outcome::{NetworkFailure, Outcome};
-pub use policy::{PolicyError, RateLimitFacts, RetryPolicy};
+pub use jitter::Jitter;
+pub use policy::{PolicyError, RateLimitFacts, RetryAfterMode, RetryOn, RetryPolicy, RetryPolicyConfig};
+pub use profiles::{RetryProfile, RetryProfiles};

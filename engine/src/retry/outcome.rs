@@ -57,6 +57,13 @@ impl Outcome {
         matches!(self, Outcome::ServerError | Outcome::Network(_))
     }
 
+    /// Whether the request may have reached the upstream although no answer
+    /// came back (a timeout or a broken connection): repeating it is safe
+    /// only for idempotent methods or requests marked safe.
+    pub fn may_have_reached_upstream(self) -> bool {
+        matches!(self, Outcome::Network(NetworkFailure::Timeout | NetworkFailure::Other))
+    }
+
     /// Whether a retry of a request with this outcome is allowed at all.
     ///
     /// A request that may have reached the upstream (timeout, broken

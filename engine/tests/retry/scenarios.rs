@@ -11,10 +11,11 @@ use rand::SeedableRng;
 use sluice_engine::upstream_breaker::memory::MemoryBreakerStore;
 use sluice_engine::upstream_breaker::{UpstreamBreaker, UpstreamBreakerConfig, BreakerError, BreakerKey, Phase};
 use sluice_engine::clock::{Clock, ManualClock, SharedClock};
-use sluice_engine::retry::policy::draw_jitter;
+use sluice_engine::retry::policy::{draw_jitter, draw_unit};
+use sluice_engine::retry::profiles::ProfileSet;
 use sluice_engine::retry::{
     Call, CallTarget, GateRefusal, GiveUpReason, LastAttempt, NetworkFailure, RetryExecutor, RetryPolicy,
-    TransportError, UpstreamResponse,
+    RetryProfile, RetryProfiles, TransportError, UpstreamResponse,
 };
 
 use super::fake_gate::FakeGate;
@@ -352,4 +353,102 @@ async fn a_breaker_store_that_is_down_fails_the_call_closed_before_sending() {
     let err = executor.run(&get(), send).await.expect_err("fails closed");
     assert_eq!((err.reason.code(), err.attempts), ("store_unavailable", 0));
     assert_eq!((gate.count("acquire"), script.lock().expect("lock").len()), (0, 1), "no permit, nothing sent");
+}
+
+// Retry profiles: the executor retries each call by its scope's profile,
+// read at the call's start (an edit applies to the next call).
+
+fn vtex() -> RetryPolicy {
+    sluice_engine::retry::profiles::preset("vtex").expect("vtex preset")
+}
+
+fn with_profiles(profiles: &[(&str, RetryPolicy)]) -> (Setup, RetryProfiles) {
+    let live = RetryProfiles::default();
+    live.replace(profile_set(profiles, 1));
+    let mut s = setup(vtex_pricing_gate(), RetryPolicy::default());
+    s.executor = s.executor.with_profiles(live.clone());
+    (s, live)
+}
+
+fn profile_set(profiles: &[(&str, RetryPolicy)], version: i64) -> ProfileSet {
+    let stored = profiles.iter().map(|(scope, policy)| RetryProfile {
+        scope: (*scope).to_owned(),
+        name: "custom".into(),
+        policy: *policy,
+        updated_by: "test".into(),
+        updated_at: sluice_engine::clock::Timestamp::from_millis(0),
+    });
+    ProfileSet::new(stored, version)
+}
+
+#[tokio::test]
+async fn the_vtex_profile_retries_only_429_and_503() {
+    let (s, _) = with_profiles(&[("marketplace", vtex())]);
+    for code in [500, 502, 504] {
+        let (_, send) = upstream(vec![status(code), status(200)]);
+        let err = s.executor.run(&get(), send).await.expect_err("not retried");
+        assert!(matches!(err.reason, GiveUpReason::NonRetryableStatus(st) if st.as_u16() == code), "{code}: {err:?}");
+        assert_eq!(err.attempts, 1);
+    }
+    let (_, send) = upstream(vec![Err(FakeNet(NetworkFailure::Connect)), status(200)]);
+    let err = s.executor.run(&get(), send).await.expect_err("not retried");
+    assert_eq!((err.reason.code(), err.attempts), ("network_not_retried", 1));
+    let (_, send) = upstream(vec![status(503), status(429), status(200)]);
+    assert_eq!(s.executor.run(&get(), send).await.expect("retried").attempts, 3);
+    assert_eq!(s.gate.penalties().len(), 1, "the 429 penalized the bucket");
+}
+
+#[tokio::test]
+async fn the_vtex_profile_pauses_by_its_formula_and_gives_up_after_five_retries() {
+    let (s, _) = with_profiles(&[("marketplace", vtex())]);
+    let (_, send) = upstream((0..7).map(|_| status(503)).collect());
+    let err = s.executor.run(&get(), send).await.expect_err("gives up");
+    assert_eq!((err.reason.code(), err.attempts), ("attempts_exhausted", 6));
+    // min(60 s, 1 s × 2^k) × (0.5 + u/2) for k = 0..4, with the executor's draws.
+    let mut rng = StdRng::seed_from_u64(SEED);
+    let want: Vec<Duration> = (0..5u32)
+        .map(|k| Duration::from_secs(1 << k).min(Duration::from_secs(60)).mul_f64(0.5 + draw_unit(&mut rng) / 2.0))
+        .collect();
+    assert_eq!(s.clock.sleeps(), want);
+}
+
+#[tokio::test]
+async fn retry_after_takes_precedence_over_the_vtex_backoff_when_longer() {
+    let (s, _) = with_profiles(&[("marketplace", vtex())]);
+    let (_, send) = upstream(vec![with_header(429, "retry-after", "30"), with_header(429, "retry-after", "0"), status(200)]);
+    s.executor.run(&get(), send).await.expect("succeeds");
+    let sleeps = s.clock.sleeps();
+    assert_eq!(sleeps[0], Duration::from_secs(30), "Retry-After 30 s beats a backoff of at most 1 s");
+    assert!(sleeps[1] >= MS(1_000) && sleeps[1] < MS(2_000), "a zero Retry-After leaves the backoff: {:?}", sleeps[1]);
+}
+
+#[tokio::test]
+async fn a_profiles_budget_stops_retries_whose_pause_would_not_fit() {
+    let tight = serde_json::from_value::<RetryPolicy>(serde_json::json!({
+        "max_attempts": 6, "base_delay_ms": 1000, "max_delay_ms": 60000, "jitter": "none",
+        "retry_on": ["503"], "total_budget_ms": 3500
+    }))
+    .expect("valid");
+    let (s, _) = with_profiles(&[("marketplace", tight)]);
+    let (_, send) = upstream((0..6).map(|_| status(503)).collect());
+    let err = s.executor.run(&get(), send).await.expect_err("out of budget");
+    // 1 s + 2 s fit in 3.5 s; the next 4 s does not.
+    assert_eq!((err.reason.code(), err.attempts), ("budget_exhausted", 3));
+    assert_eq!(s.clock.sleeps(), vec![MS(1_000), MS(2_000)]);
+}
+
+#[tokio::test]
+async fn a_new_profile_applies_to_the_next_call_and_other_scopes_keep_theirs() {
+    let (s, live) = with_profiles(&[]);
+    let (_, send) = upstream(vec![status(500), status(200)]);
+    assert_eq!(s.executor.run(&get(), send).await.expect("default retries a 500").attempts, 2);
+    live.replace(profile_set(&[("marketplace", vtex())], 2));
+    let (_, send) = upstream(vec![status(500), status(200)]);
+    assert_eq!(s.executor.run(&get(), send).await.expect_err("vtex does not").attempts, 1);
+    let elsewhere = Call::new(CallTarget::new(Some("seller-1"), "elsewhere", Method::GET, "/x"));
+    let (_, send) = upstream(vec![status(500), status(200)]);
+    assert_eq!(s.executor.run(&elsewhere, send).await.expect("other scopes keep the default").attempts, 2);
+    live.replace(profile_set(&[("*", vtex())], 3));
+    let (_, send) = upstream(vec![status(500), status(200)]);
+    assert_eq!(s.executor.run(&elsewhere, send).await.expect_err("the '*' profile covers them").attempts, 1);
 }

@@ -41,6 +41,10 @@ pub struct AppContext {
     pub limiter: Limiter,
     /// Limit rules in the database; edits reach every instance through the reloader.
     pub rules: RulesRepo,
+    /// This instance's live retry profiles (kept in step by the reloader).
+    pub retry_profiles: sluice_engine::retry::RetryProfiles,
+    /// Retry profiles in the database; written through `ProfileAdmin`.
+    pub profiles_repo: sluice_engine::retry::profiles_repo::ProfilesRepo,
     /// The webhook outbox, merchants and their breakers.
     pub deliveries: DeliveryStore,
     /// Which merchant URLs may be delivered to (validated on merchant edits).

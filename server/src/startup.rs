@@ -22,6 +22,8 @@ use sluice_engine::delivery::{DeliveryStore, Worker, WorkerConfig};
 use sluice_engine::quota::history::{HistoryConfig, QuotaHistory};
 use sluice_engine::quota::rules_repo::RELOAD_EVERY;
 use sluice_engine::retention::Retention;
+use sluice_engine::retry::profiles_repo::{self, ProfilesRepo, RetryProfileReloader};
+use sluice_engine::retry::RetryProfiles;
 use sluice_engine::tokens::TokenCache;
 use sluice_engine::quota::{
     FallbackStore, LazyRedisStore, Limiter, LimiterConfig, MemoryStore, QuotaStore, RedisSettings, RuleId,
@@ -131,6 +133,7 @@ impl Application {
             .hash_file(std::sync::Arc::<str>::from(hash_file.to_string_lossy()))
             .build();
         let rules = RulesRepo::new(db.clone());
+        let (profiles_repo, retry_profiles) = load_retry_profiles(&db, &clock).await?;
         let deliveries = DeliveryStore::new(db.clone());
         let upstream_breakers = build_upstream_breakers(&settings, &clock);
         let gate_config = PermitGateConfig {
@@ -145,6 +148,8 @@ impl Application {
             clock: clock.clone(),
             limiter: limiter.clone(),
             rules: rules.clone(),
+            retry_profiles: retry_profiles.clone(),
+            profiles_repo: profiles_repo.clone(),
             deliveries: deliveries.clone(),
             ssrf: delivery_url_policy(&settings),
             upstream_breakers: upstream_breakers.clone(),
@@ -166,6 +171,8 @@ impl Application {
         let state = AppState::new(Shared {
             settings: Arc::new(settings),
             rules,
+            retry_profiles,
+            profiles_repo,
             deliveries,
             db,
             clock,
@@ -204,6 +211,10 @@ impl Application {
         let mut background = JoinSet::new();
         let reloader = RuleReloader::new(state.rules.clone(), state.limiter.clone());
         background.spawn(reloader.run(RELOAD_EVERY, stopped()));
+        // Profile edits made on other instances (or straight in the database)
+        // reach this one's executor, API and pages within a second.
+        let profiles = RetryProfileReloader::new(state.profiles_repo.clone(), state.retry_profiles.clone());
+        background.spawn(profiles.run(profiles_repo::RELOAD_EVERY, stopped()));
         // Every instance runs the sampler; the slot claim lets one of them
         // record each interval.
         let instance = format!("sluice_{}", ulid::Ulid::new().to_string().to_lowercase());
@@ -303,6 +314,18 @@ async fn build_limiter(store: Arc<dyn QuotaStore>, db: &Db, clock: &SharedClock)
     }
     let registry = rules.load().await.context("loading limit rules")?;
     Ok(Limiter::new(store, registry, clock.clone(), LimiterConfig::default()))
+}
+
+/// The retry profiles from the database (the vendors' presets for the preset
+/// scopes on a database that never had any), loaded before serving.
+async fn load_retry_profiles(db: &Db, clock: &SharedClock) -> anyhow::Result<(ProfilesRepo, RetryProfiles)> {
+    let repo = ProfilesRepo::new(db.clone());
+    let seeded = repo.seed_presets("sluice", clock.now()).await.context("seeding preset retry profiles")?;
+    if seeded > 0 {
+        tracing::info!(seeded, "preset retry profiles set for the vendors' scopes");
+    }
+    let set = repo.load().await.context("loading retry profiles")?;
+    Ok((repo, RetryProfiles::new(set)))
 }
 
 fn worker_config(settings: &Settings) -> WorkerConfig {

@@ -10,6 +10,8 @@ use sluice_engine::clock::SharedClock;
 use sluice_engine::db::Db;
 use sluice_engine::delivery::DeliveryStore;
 use sluice_engine::quota::{Limiter, RulesRepo};
+use sluice_engine::retry::profiles_repo::ProfilesRepo;
+use sluice_engine::retry::RetryProfiles;
 use sluice_engine::upstream_breaker::admin::UpstreamBreakerAdmin;
 use sluice_engine::upstream_breaker::permits::BreakerGate;
 use sluice_engine::upstream_breaker::UpstreamBreaker;
@@ -38,6 +40,10 @@ pub struct Shared {
     pub upstream_breaker_admin: UpstreamBreakerAdmin,
     /// Limit rules in the database; edits reach every instance through the reloader.
     pub rules: RulesRepo,
+    /// Retry profiles per scope: the live set (kept in step by the reloader)
+    /// and the table it is loaded from.
+    pub retry_profiles: RetryProfiles,
+    pub profiles_repo: ProfilesRepo,
     /// The webhook outbox.
     pub deliveries: DeliveryStore,
     pub health: Arc<Health>,

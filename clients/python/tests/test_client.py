@@ -275,3 +275,54 @@ def test_policies_are_validated() -> None:
     assert RetryPolicy(wait_ceiling_ms=1_000).delay_ms(3, 0, 429, None, 65_000) == 1_000
     assert RetryPolicy().delay_ms(2, 100, 503, 90_000, None) == 1_100
 
+
+
+def set_profile(admin: Sluice, scope: str, profile: dict[str, Any]) -> None:
+    status, _, body = admin._call("PUT", f"/api/v1/retry-profiles/{scope}", profile)
+    assert status == 200, body
+
+
+def test_the_retry_helper_retries_by_the_scopes_retry_profile_from_the_server(sluice: Sluice, admin: Sluice, pauses: Recorder, upstream: Any) -> None:
+    if not _has_route("/api/v1/retry-profiles/{scope}"):
+        pytest.skip("this server has no retry profiles")
+    scope = rule(admin, tokens=100, interval_ms=1000)
+    set_profile(admin, scope, {"preset": "vtex"})
+    policy = RetryPolicy.from_profile(sluice.retry_profile(scope))
+    assert (policy.max_attempts, policy.jitter, policy.max_delay_ms, policy.retry_on) == (6, "equal", 60_000, ("429", "503"))
+    target = Target(scope=scope, path="/x", method="GET", account="p1")
+    # VTEX: a 500 is not retried; the answer comes back after one attempt.
+    server = upstream((500, {}), (200, {}))
+    assert call(sluice, target, server.send()).status == 500 and server.requests == 1
+    # 503 twice: min(60 s, 1 s × 2^k) × (0.5 + u/2) for k = 0, 1, with the same draws.
+    server = upstream((503, {}), (503, {}), (200, {}))
+    draws = random.Random(11)
+    expected = [1.0 * (0.5 + draws.random() / 2), 2.0 * (0.5 + draws.random() / 2)]
+    assert call(sluice, target, server.send(), rng=random.Random(11)).status == 200
+    assert pauses.pauses == pytest.approx(expected)
+    # A network failure is not retried under VTEX's rules.
+    server = upstream((0, {}))
+    with pytest.raises(GaveUp) as gave_up:
+        call(sluice, target, server.send())
+    assert (gave_up.value.reason, server.requests) == ("network_not_retried", 1)
+
+
+def test_a_scope_without_a_profile_of_its_own_uses_the_default_policy(sluice: Sluice, admin: Sluice) -> None:
+    if not _has_route("/api/v1/retry-profiles/{scope}"):
+        pytest.skip("this server has no retry profiles")
+    assert RetryPolicy.from_profile(sluice.retry_profile(rule(admin, tokens=100, interval_ms=1000))) == RetryPolicy()
+
+
+def test_every_jitter_shape_stays_under_its_cap_and_the_vtex_numbers_hold() -> None:
+    for jitter in ("additive", "none", "full", "equal", "decorrelated"):
+        policy = RetryPolicy(base_delay_ms=1000, max_delay_ms=60_000, jitter=jitter)
+        for attempt in range(1, 13):
+            for u in (0.0, 0.3, 0.999):
+                assert 0 <= policy.shaped_backoff_ms(attempt, u, 40_000) <= 60_000, (jitter, attempt, u)
+    vtex = RetryPolicy(max_attempts=6, base_delay_ms=1000, max_delay_ms=60_000, jitter="equal", retry_on=("429", "503"))
+    assert [vtex.shaped_backoff_ms(1, 0.0), vtex.shaped_backoff_ms(5, 0.5), vtex.shaped_backoff_ms(7, 0.0)] == [500, 12_000, 30_000]
+    assert vtex.pause_ms(500, 429, 30_000, 125_000) == 30_000, "Retry-After takes precedence when longer"
+    assert RetryPolicy(max_delay_ms=10_000, retry_after="cap").pause_ms(500, 429, 30_000, 125_000) == 10_000
+    assert RetryPolicy(retry_after="ignore").pause_ms(500, 429, 30_000, 125_000) == 500
+    assert vtex.retries(503) and not vtex.retries(500) and not vtex.retries(None)
+    with pytest.raises(ValueError):
+        RetryPolicy(jitter="gaussian")

@@ -82,16 +82,93 @@ export interface EventReceipt {
   duplicate: boolean;
 }
 
-/** The Rust executor's defaults: 3 attempts, 500 ms base, 180 s budget. */
+/** Backoff shapes (docs/retry.md, "Retry profiles"). */
+export type Jitter = "additive" | "none" | "full" | "equal" | "decorrelated";
+
+/**
+ * A retry policy: the scope's retry profile as the server serves it
+ * (`GET /api/v1/retry-profiles/{scope}`), or one of the caller's own.
+ * Fields left out take the default policy's values.
+ */
 export interface RetryPolicy {
   maxAttempts: number;
   baseDelayMs: number;
   totalBudgetMs: number;
   /** Overrides the rule's wait ceiling when set. */
   waitCeilingMs?: number;
+  /** The longest single pause; none: no cap. */
+  maxDelayMs?: number | null;
+  /** Default `additive`: base·2^(n−1) + U[0, base). */
+  jitter?: Jitter;
+  /** Retried outcomes: `"429"`, `"503"` …, `"5xx"`, `"network"`. Default 429, 5xx, network. */
+  retryOn?: string[];
+  /** On a 429: `honour` (default), `cap` or `ignore` the penalty's Retry-After. */
+  retryAfter?: "honour" | "cap" | "ignore";
 }
 
+/** The Rust executor's defaults: 3 attempts, 500 ms base, 180 s budget. */
 export const DEFAULT_POLICY: RetryPolicy = { maxAttempts: 3, baseDelayMs: 500, totalBudgetMs: 180_000 };
+
+const DAY_MS = 86_400_000;
+const DEFAULT_RETRY_ON = ["429", "5xx", "network"];
+
+/** Whether `policy` retries an answer with `status` (`null`: a network failure). */
+export function retries(policy: RetryPolicy, status: number | null): boolean {
+  const on = policy.retryOn ?? DEFAULT_RETRY_ON;
+  if (status === null) return on.includes("network");
+  return on.includes(String(status)) || (status >= 500 && status <= 599 && on.includes("5xx"));
+}
+
+/**
+ * The backoff after failed attempt `attempt` (1-based) for the uniform draw
+ * `u` in [0, 1), with `e = base × 2^(attempt−1)` and `c = min(cap, e)`:
+ * additive `min(cap, e + u·base)`, none `c`, full `u·c`, equal `c·(0.5 + u/2)`,
+ * decorrelated `min(cap, base + u·(3·previous − base))`.
+ */
+export function shapedBackoffMs(policy: RetryPolicy, attempt: number, u: number, previousMs: number | null = null): number {
+  const base = policy.baseDelayMs;
+  const cap = policy.maxDelayMs ?? DAY_MS;
+  const unit = Math.min(Math.max(u, 0), 1 - Number.EPSILON);
+  const e = Math.min(base * 2 ** Math.min(attempt - 1, 40), DAY_MS);
+  const c = Math.min(cap, e);
+  let pause: number;
+  switch (policy.jitter ?? "additive") {
+    case "none":
+      pause = c;
+      break;
+    case "full":
+      pause = unit * c;
+      break;
+    case "equal":
+      pause = c * (0.5 + unit / 2);
+      break;
+    case "decorrelated": {
+      const previous = Math.min(Math.max(previousMs ?? base, base), cap);
+      pause = base + unit * (3 * previous - base);
+      break;
+    }
+    default:
+      pause = e + unit * base;
+  }
+  return Math.min(pause, cap, DAY_MS);
+}
+
+/** The policy a profile's JSON (`policy` of the retry-profiles endpoint) describes. */
+export function policyFromProfile(p: any): RetryPolicy {
+  return {
+    maxAttempts: p.max_attempts,
+    baseDelayMs: p.base_delay_ms,
+    totalBudgetMs: p.total_budget_ms,
+    ...(p.wait_ceiling_ms === null || p.wait_ceiling_ms === undefined ? {} : { waitCeilingMs: p.wait_ceiling_ms }),
+    maxDelayMs: p.max_delay_ms ?? null,
+    jitter: p.jitter,
+    retryOn: p.retry_on,
+    retryAfter: p.retry_after,
+  };
+}
+
+/** How long a fetched retry profile is used before it is fetched again. */
+const PROFILE_TTL_MS = 5_000;
 
 /** Why a call was given up: the Rust executor's codes. */
 export type GiveUpReason =
@@ -99,6 +176,7 @@ export type GiveUpReason =
   | "budget_exhausted"
   | "wait_ceiling"
   | "unsafe_to_repeat"
+  | "network_not_retried"
   | "store_unavailable"
   | "breaker_open"
   | "concurrency_limit"
@@ -120,6 +198,7 @@ export class GaveUp extends Error {
 }
 
 export interface CallOptions {
+  /** Retry by this policy instead of the scope's retry profile (fetched from the server). */
   policy?: RetryPolicy;
   /**
    * Report every attempt's outcome to the upstream breaker of (account,
@@ -178,9 +257,21 @@ export function delayMs(
   blockedMs: number | null,
   ruleCeilingMs: number | null,
 ): number {
-  const backoff = backoffMs(policy, attempt, jitterMs);
+  return pauseMs(policy, backoffMs(policy, attempt, jitterMs), status, blockedMs, ruleCeilingMs);
+}
+
+/**
+ * The pause before the next attempt given its `backoff`: the backoff, or for
+ * a 429 `min(max(hint, backoff), ceiling)` where `hint` is the server's
+ * penalty (max(Retry-After, one refill)) as the policy's `retryAfter` says:
+ * whole (`honour`), at most the cap (`cap`), or not at all (`ignore`).
+ */
+export function pauseMs(policy: RetryPolicy, backoff: number, status: number | null, blockedMs: number | null, ruleCeilingMs: number | null): number {
   if (status !== 429) return backoff;
-  const wanted = Math.max(blockedMs ?? 0, backoff);
+  const blocked = blockedMs ?? 0;
+  const mode = policy.retryAfter ?? "honour";
+  const hint = mode === "ignore" ? 0 : mode === "cap" ? Math.min(blocked, policy.maxDelayMs ?? DAY_MS) : blocked;
+  const wanted = Math.max(hint, backoff);
   const ceiling = policy.waitCeilingMs ?? ruleCeilingMs;
   return ceiling === null ? wanted : Math.min(wanted, ceiling);
 }
@@ -201,6 +292,7 @@ export class Sluice {
   private readonly sleep: (ms: number) => Promise<void>;
   private readonly random: () => number;
   private readonly now: () => number;
+  private readonly profiles = new Map<string, { policy: RetryPolicy; until: number }>();
 
   constructor(
     readonly baseUrl: string,
@@ -308,6 +400,20 @@ export class Sluice {
     return this.expect(await this.request("POST", "/api/v1/upstream-breakers/report", payload), 200).counted_as;
   }
 
+  /**
+   * The retry profile the scope's calls use (its own, `*`'s, or the
+   * default), as served by `GET /api/v1/retry-profiles/{scope}`; kept for a
+   * few seconds, so an edit reaches workers within that time.
+   */
+  async retryProfile(scope: string): Promise<RetryPolicy> {
+    const cached = this.profiles.get(scope);
+    if (cached && cached.until > this.now()) return cached.policy;
+    const out = this.expect(await this.request("GET", `/api/v1/retry-profiles/${encodeURIComponent(scope)}`), 200);
+    const policy = policyFromProfile(out.policy);
+    this.profiles.set(scope, { policy, until: this.now() + PROFILE_TTL_MS });
+    return policy;
+  }
+
   /** Hand an event to the webhook outbox; the same key twice stores one event. */
   async sendEvent(event: { merchantId: string; eventType: string; payload: object; idempotencyKey: string; status?: string }): Promise<EventReceipt> {
     const payload = {
@@ -322,20 +428,24 @@ export class Sluice {
   }
 
   /**
-   * Send `send(attempt)` until it answers 2xx or a non-retryable status (both
-   * returned), or a reason to give up ({@link GaveUp}): every attempt takes a
-   * permit, a 429 is reported before it is waited out, 5xx and network errors
-   * back off with jitter. A failure after the request may have left is
-   * retried only for idempotent methods or when `safeToRepeat`.
+   * Send `send(attempt)` until it answers 2xx or a status the policy does not
+   * retry (both returned), or a reason to give up ({@link GaveUp}): every
+   * attempt takes a permit, a 429 is reported before it is waited out,
+   * retried outcomes back off by the policy's jitter shape. The policy is the
+   * scope's retry profile from the server unless `options.policy` is given
+   * (the default policy if the server has none to serve). A failure after the
+   * request may have left is retried only for idempotent methods or when
+   * `safeToRepeat`.
    */
   async call(target: Target, send: (attempt: number) => Promise<Response>, options: CallOptions = {}): Promise<Response> {
-    const policy = options.policy ?? DEFAULT_POLICY;
+    const policy = options.policy ?? (await this.profileOrDefault(target.scope));
     const method = (target.method ?? "GET").toUpperCase();
     const repeatIsSafe = options.safeToRepeat ?? IDEMPOTENT.has(method);
     const isConnectError = options.isConnectError ?? connectError;
     const deadline = this.now() + policy.totalBudgetMs;
     let last: Response | null = null;
     let error: unknown = null;
+    let previousBackoff: number | null = null;
     for (let attempt = 1; attempt <= policy.maxAttempts; attempt++) {
       const sent = attempt - 1;
       // The permit endpoint asks the upstream breaker first: an open one
@@ -375,19 +485,34 @@ export class Sluice {
         await this.feedback(() => this.penalty(target, status!, response!.headers));
         return response;
       }
-      if (response !== null && status !== 429 && status! < 500) return response;
       let blockedMs: number | null = null;
       if (response !== null && status === 429) {
         // Report first: every worker on this bucket must hold back, not only this call.
         blockedMs = (await this.feedback(() => this.penalty(target, 429, response!.headers)))?.blockedMs ?? null;
       }
+      if (!retries(policy, status)) {
+        if (response !== null) return response;
+        throw new GaveUp("network_not_retried", attempt, last, error);
+      }
       if (response === null && !(repeatIsSafe || isConnectError(error))) throw new GaveUp("unsafe_to_repeat", attempt, last, error);
       if (attempt === policy.maxAttempts) break;
-      const pause = delayMs(policy, attempt, this.random() * policy.baseDelayMs, status, blockedMs, permit.waitCeilingMs);
+      const backoff = shapedBackoffMs(policy, attempt, this.random(), previousBackoff);
+      previousBackoff = backoff;
+      const pause = pauseMs(policy, backoff, status, blockedMs, permit.waitCeilingMs);
       if (this.now() + pause >= deadline) throw new GaveUp("budget_exhausted", attempt, last, error);
       await this.sleep(pause);
     }
     throw new GaveUp("attempts_exhausted", policy.maxAttempts, last, error);
+  }
+
+  /** The scope's profile; the default policy from a server without the endpoint. */
+  private async profileOrDefault(scope: string): Promise<RetryPolicy> {
+    try {
+      return await this.retryProfile(scope);
+    } catch (e) {
+      if (e instanceof SluiceError && (e.status === 404 || e.status === 422)) return DEFAULT_POLICY;
+      throw e;
+    }
   }
 
   private async releaseQuietly(permit: Permit): Promise<void> {

@@ -8,7 +8,7 @@ import { createServer, type Server } from "node:http";
 import { randomUUID } from "node:crypto";
 import { after, test } from "node:test";
 
-import { GaveUp, Refused, Sluice, SluiceError, delayMs, DEFAULT_POLICY, type Target } from "../src/index.js";
+import { GaveUp, Refused, Sluice, SluiceError, delayMs, pauseMs, shapedBackoffMs, DEFAULT_POLICY, type Target } from "../src/index.js";
 
 const URL = process.env.SLUICE_URL ?? "";
 const skip = URL === "" ? "needs a running server: run scripts/contract.sh" : false;
@@ -194,4 +194,64 @@ test("429 pauses are capped by the wait ceiling", () => {
   assert.equal(delayMs(DEFAULT_POLICY, 1, 0, 429, 90_000, 65_000), 65_000);
   assert.equal(delayMs({ ...DEFAULT_POLICY, waitCeilingMs: 1000 }, 3, 0, 429, null, 65_000), 1000);
   assert.equal(delayMs(DEFAULT_POLICY, 2, 100, 503, 90_000, null), 1100);
+});
+
+async function setProfile(scope: string, profile: Record<string, unknown>): Promise<void> {
+  const res = await fetch(`${URL}/api/v1/retry-profiles/${scope}`, {
+    method: "PUT",
+    headers: { authorization: `Bearer ${process.env.SLUICE_ADMIN_TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify(profile),
+  });
+  assert.equal(res.status, 200, await res.text());
+}
+
+test("the retry helper retries by the scope's retry profile from the server", { skip }, async () => {
+  const draws = [0.5, 0.25];
+  const pauses: number[] = [];
+  const sluice = new Sluice(URL, process.env.SLUICE_WORKER_TOKEN ?? "", {
+    sleep: async (ms) => {
+      pauses.push(ms);
+    },
+    random: () => draws.shift() ?? 0,
+  });
+  const scope = await rule(100, 1000);
+  await setProfile(scope, { preset: "vtex" });
+  const profile = await sluice.retryProfile(scope);
+  assert.deepEqual([profile.maxAttempts, profile.jitter, profile.maxDelayMs, profile.retryOn], [6, "equal", 60_000, ["429", "503"]]);
+  const target: Target = { scope, path: "/x", method: "GET", account: "p1" };
+  // VTEX: a 500 is not retried; the answer comes back after one attempt.
+  let server = await upstream([500, {}], [200, {}]);
+  assert.equal((await sluice.call(target, server.send)).status, 500);
+  assert.equal(server.requests(), 1);
+  // 503 twice: min(60 s, 1 s × 2^k) × (0.5 + u/2) for k = 0, 1.
+  server = await upstream([503, {}], [503, {}], [200, {}]);
+  assert.equal((await sluice.call(target, server.send)).status, 200);
+  assert.deepEqual(pauses, [1000 * 0.75, 2000 * 0.625]);
+  // A network failure is not retried under VTEX's rules.
+  server = await upstream([0, {}]);
+  await assert.rejects(sluice.call(target, server.send), (e: unknown) => e instanceof GaveUp && e.reason === "network_not_retried");
+});
+
+test("a scope without a profile of its own uses the default policy", { skip }, async () => {
+  const { sluice } = client();
+  const policy = await sluice.retryProfile(await rule(100, 1000));
+  assert.deepEqual([policy.maxAttempts, policy.baseDelayMs, policy.jitter, policy.retryOn], [3, 500, "additive", ["429", "5xx", "network"]]);
+});
+
+test("every jitter shape stays under its cap", () => {
+  for (const jitter of ["additive", "none", "full", "equal", "decorrelated"] as const) {
+    const policy = { ...DEFAULT_POLICY, jitter, baseDelayMs: 1000, maxDelayMs: 60_000 };
+    for (let attempt = 1; attempt <= 12; attempt++) {
+      for (const u of [0, 0.3, 0.999]) {
+        const pause = shapedBackoffMs(policy, attempt, u, 40_000);
+        assert.ok(pause >= 0 && pause <= 60_000, `${jitter} ${attempt} ${u}: ${pause}`);
+      }
+    }
+  }
+  // VTEX's worked numbers: attempt 0 is 500–1000 ms, attempt 4 8–16 s, attempt 6 capped at 30–60 s.
+  const vtex = { ...DEFAULT_POLICY, jitter: "equal" as const, baseDelayMs: 1000, maxDelayMs: 60_000 };
+  assert.deepEqual([shapedBackoffMs(vtex, 1, 0), shapedBackoffMs(vtex, 5, 0.5), shapedBackoffMs(vtex, 7, 0)], [500, 12_000, 30_000]);
+  assert.equal(pauseMs({ ...vtex, retryAfter: "honour" }, 500, 429, 30_000, 125_000), 30_000);
+  assert.equal(pauseMs({ ...vtex, retryAfter: "cap", maxDelayMs: 10_000 }, 500, 429, 30_000, 125_000), 10_000);
+  assert.equal(pauseMs({ ...vtex, retryAfter: "ignore" }, 500, 429, 30_000, 125_000), 500);
 });

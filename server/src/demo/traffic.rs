@@ -13,7 +13,7 @@ use sluice_engine::delivery::ssrf::SsrfPolicy;
 use sluice_engine::delivery::{EventIn, MerchantId, MerchantIn, SigningScheme};
 use sluice_engine::quota::{Limit, Limiter, Rule};
 use sluice_engine::retry::middleware::{Account, RetryMiddleware, Scope};
-use sluice_engine::retry::RetryExecutor;
+use sluice_engine::retry::{RetryExecutor, RetryProfiles};
 use sluice_engine::upstream_breaker::UpstreamBreaker;
 use tokio::task::JoinSet;
 
@@ -91,8 +91,9 @@ pub struct DemoWorkers {
 }
 
 impl DemoWorkers {
-    pub fn new(limiter: Limiter, breakers: UpstreamBreaker, clock: SharedClock, upstream: String) -> anyhow::Result<DemoWorkers> {
-        let executor = RetryExecutor::new(Arc::new(limiter), clock.clone()).with_breaker(breakers);
+    pub fn new(limiter: Limiter, breakers: UpstreamBreaker, profiles: RetryProfiles, clock: SharedClock, upstream: String) -> anyhow::Result<DemoWorkers> {
+        // Calls are retried by their scope's profile, edited on the Limits page.
+        let executor = RetryExecutor::new(Arc::new(limiter), clock.clone()).with_breaker(breakers).with_profiles(profiles);
         let client = reqwest_middleware::ClientBuilder::new(
             reqwest::Client::builder().timeout(Duration::from_secs(5)).build().context("HTTP client")?,
         )
@@ -158,7 +159,7 @@ pub fn spawn_workers(
     per_account: usize,
 ) -> anyhow::Result<()> {
     let workers =
-        DemoWorkers::new(state.limiter.clone(), state.upstream_breakers.clone(), state.clock.clone(), upstream)?;
+        DemoWorkers::new(state.limiter.clone(), state.upstream_breakers.clone(), state.retry_profiles.clone(), state.clock.clone(), upstream)?;
     for account in accounts {
         for n in 0..per_account {
             tasks.spawn(workers.worker(account, n).run());

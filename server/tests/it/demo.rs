@@ -77,7 +77,8 @@ async fn the_demo_outage_opens_probes_and_closes_an_upstream_breaker_within_a_mi
     );
     let breakers = UpstreamBreaker::new(Arc::new(MemoryBreakerStore::new(shared.clone())), UpstreamBreakerConfig::default());
     let upstream = MockUpstream::start_with(demo_upstream().clock(shared.clone())).await.expect("mock marketplace");
-    let workers = DemoWorkers::new(limiter, breakers.clone(), shared, upstream.base_url()).expect("workers");
+    let profiles = sluice_engine::retry::RetryProfiles::default();
+    let workers = DemoWorkers::new(limiter, breakers.clone(), profiles, shared, upstream.base_url()).expect("workers");
     let mut all: Vec<_> =
         DEMO_ACCOUNTS.iter().flat_map(|a| (0..WORKERS_PER_ACCOUNT).map(move |n| (a, n))).map(|(a, n)| workers.worker(a, n)).collect();
     let key = BreakerKey::new(Some(OUTAGE_ACCOUNT), DEMO_SCOPE).expect("key");

@@ -5,6 +5,7 @@ mod accounts;
 mod api;
 mod assets;
 mod api_contract;
+mod api_retry_profiles;
 mod api_upstream_breakers;
 mod api_webhooks;
 mod auth;

@@ -94,6 +94,7 @@ pub fn LimitsPage() -> impl IntoView {
             }}
         </Transition>
         {move || param("history").map(|id| view! { <RuleHistory id=id/> })}
+        <super::profiles::RetryProfilesSection/>
     }
 }
 

@@ -13,6 +13,7 @@
 
 mod edit;
 mod list;
+pub mod profiles;
 #[cfg(feature = "ssr")]
 pub(crate) mod server;
 

@@ -151,6 +151,9 @@ class Sluice:
     token: str
     timeout: float = 70.0
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    #: How long a fetched retry profile is used before it is fetched again.
+    profile_ttl: float = 5.0
+    _profiles: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict, repr=False)
 
     def _call(self, method: str, path: str, body: Optional[dict[str, Any]] = None) -> tuple[int, Mapping[str, str], Any]:
         data = None if body is None else json.dumps(body).encode()
@@ -230,6 +233,19 @@ class Sluice:
                 code, _, payload = self._call("POST", "/api/v1/penalties", body)
         out = self._expect(code, payload, 200)
         return Penalty(blocked_ms=out.get("blocked_ms"), observed=out["observed"])
+
+    def retry_profile(self, scope: str) -> dict[str, Any]:
+        """The retry policy the scope's calls use (its own profile, ``*``'s, or
+        the default) as ``GET /api/v1/retry-profiles/{scope}`` serves it (the
+        ``policy`` object, durations in ms); kept for ``profile_ttl`` seconds,
+        so an edit reaches workers within that time."""
+        cached = self._profiles.get(scope)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        status, _, payload = self._call("GET", f"/api/v1/retry-profiles/{urllib.request.quote(scope, safe='*')}")
+        policy = self._expect(status, payload, 200)["policy"]
+        self._profiles[scope] = (time.monotonic() + self.profile_ttl, policy)
+        return policy
 
     def admit(self, scope: str, account: Optional[str] = None) -> Admission:
         """Ask the upstream breaker of (account, scope) whether a call may go

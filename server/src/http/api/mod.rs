@@ -13,6 +13,7 @@ pub mod openapi;
 pub mod penalties;
 pub mod permits;
 pub mod quota_input;
+pub mod retry_profiles;
 pub mod upstream_breakers;
 
 use std::sync::Arc;
@@ -57,6 +58,7 @@ pub fn documented_router() -> OpenApiRouter<AppState> {
         .merge(events::router())
         .merge(deliveries::router())
         .merge(limits::router())
+        .merge(retry_profiles::router())
         .merge(merchants::router())
         .merge(buckets::router())
         .merge(upstream_breakers::router())

@@ -13,7 +13,7 @@ use crate::pages::{
 
 /// The whole document, rendered by the server around [`App`].
 pub fn shell(options: LeptosOptions) -> impl IntoView {
-    let stylesheet = stylesheet_href(&options);
+    let stylesheet = pkg_href(&options, "css");
     view! {
         <!DOCTYPE html>
         <html lang="en">
@@ -22,7 +22,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <link rel="icon" href="/favicon.svg" type="image/svg+xml"/>
                 <link rel="stylesheet" id="sluice" href=stylesheet/>
-                <HydrationScripts options/>
+                <ClientScripts options/>
                 <MetaTags/>
             </head>
             <body>
@@ -38,15 +38,38 @@ pub fn asset_hash<'a>(hashes: &'a str, kind: &str) -> Option<&'a str> {
     hashes.lines().filter_map(|line| line.split_once(':')).find(|(k, _)| k.trim() == kind).map(|(_, h)| h.trim())
 }
 
-/// `/pkg/sluice.<hash>.css` when the site's files are named by content (the
-/// build's `hash.txt` is next to them), else `/pkg/sluice.css`. Read per
-/// page, as Leptos reads the same file for the script names: a rebuilt site
-/// is picked up without a restart.
-fn stylesheet_href(options: &LeptosOptions) -> String {
+/// The address of the client's `kind` file (`js`, `wasm` or `css`):
+/// `/pkg/sluice.<hash>.<kind>` when the site's files are named by content
+/// (the build's `hash.txt` is next to them), else the names wasm-bindgen
+/// gives (`sluice.js`, `sluice_bg.wasm`, `sluice.css`). Read per page, as
+/// Leptos reads the same file: a rebuilt site is picked up without a restart.
+fn pkg_href(options: &LeptosOptions, kind: &str) -> String {
     let hashes = if options.hash_files { std::fs::read_to_string(options.hash_file.as_ref()).ok() } else { None };
-    match hashes.as_deref().and_then(|h| asset_hash(h, "css")) {
-        Some(hash) => format!("/{}/{}.{hash}.css", options.site_pkg_dir, options.output_name),
-        None => format!("/{}/{}.css", options.site_pkg_dir, options.output_name),
+    let (pkg, name) = (&options.site_pkg_dir, &options.output_name);
+    match hashes.as_deref().and_then(|h| asset_hash(h, kind)) {
+        Some(hash) => format!("/{pkg}/{name}.{hash}.{kind}"),
+        None if kind == "wasm" => format!("/{pkg}/{name}_bg.wasm"),
+        None => format!("/{pkg}/{name}.{kind}"),
+    }
+}
+
+/// The client's scripts, written here rather than by Leptos'
+/// `HydrationScripts` so that every one of them carries the response's
+/// nonce: the Content-Security-Policy allows scripts by nonce only, and a
+/// `modulepreload` link is fetched under `script-src` too (HTML standard,
+/// "link type modulepreload"), but `HydrationScripts` leaves the nonce off
+/// it. The module script loads the client (its import inherits the nonce)
+/// and hydrates the page, as Leptos' own hydration script does.
+#[component]
+fn ClientScripts(options: LeptosOptions) -> impl IntoView {
+    let nonce = leptos::nonce::use_nonce();
+    let js = pkg_href(&options, "js");
+    let wasm = pkg_href(&options, "wasm");
+    let start = format!("import({js:?}).then((m) => m.default({{ module_or_path: {wasm:?} }}).then(() => m.hydrate()));");
+    view! {
+        <link rel="modulepreload" href=js nonce=nonce.clone()/>
+        <link rel="preload" href=wasm r#as="fetch" r#type="application/wasm" crossorigin="anonymous"/>
+        <script type="module" nonce=nonce>{start}</script>
     }
 }
 

@@ -2,7 +2,7 @@
 // so every control is there: no serious or critical violation (unlabelled
 // form controls, contrast, names of links and buttons, ARIA misuse, …).
 import AxeBuilder from '@axe-core/playwright';
-import { expect, test } from '@playwright/test';
+import { expect, test } from '../fixtures';
 import { signIn } from '../pages/login';
 import { everyPage, hydrated } from '../pages/all-pages';
 

@@ -1,4 +1,4 @@
-import { expect, test } from '@playwright/test';
+import { expect, test } from '../fixtures';
 import { signIn } from '../pages/login';
 
 // An admin creates a worker token on the Users page, a worker uses it for a

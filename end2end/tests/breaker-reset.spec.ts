@@ -1,4 +1,4 @@
-import { expect, test } from '@playwright/test';
+import { expect, test } from '../fixtures';
 import { signIn } from '../pages/login';
 import { BreakersPage, MerchantsPage, MockMerchant, reportUpstream, sendEvent, unique } from '../pages/deliveries';
 

@@ -1,4 +1,4 @@
-import { expect, test } from '@playwright/test';
+import { expect, test } from '../fixtures';
 import { signIn } from '../pages/login';
 import { DeliveriesPage, MerchantsPage, MockMerchant, sendEvent, unique } from '../pages/deliveries';
 

@@ -1,4 +1,4 @@
-import { expect, test } from '@playwright/test';
+import { expect, test } from '../fixtures';
 import { OverviewPage } from '../pages/overview';
 import { credentials, signIn } from '../pages/login';
 

@@ -3,7 +3,8 @@
 // its own box), no card lets its content out on a desktop, and the Limits
 // table fits a 1440 px screen. A screenshot of each page at 1440 × 900 and
 // 390 × 844 lands in artifacts/pages/.
-import { expect, test, type Page } from '@playwright/test';
+import { type Page } from '@playwright/test';
+import { expect, test } from '../fixtures';
 import { signIn } from '../pages/login';
 import { everyPage, hydrated } from '../pages/all-pages';
 

@@ -1,4 +1,5 @@
-import { expect, test, type APIRequestContext } from '@playwright/test';
+import { type APIRequestContext } from '@playwright/test';
+import { expect, test } from '../fixtures';
 import { AuditLogPage } from '../pages/audit';
 import { LimitsPage } from '../pages/limits';
 import { apiToken, signIn } from '../pages/login';

@@ -1,4 +1,4 @@
-import { expect, test } from '@playwright/test';
+import { expect, test } from '../fixtures';
 import { credentials, LoginPage, signInWithForm } from '../pages/login';
 
 test('a page asked for without a session leads to the login and back', async ({ page }) => {

@@ -1,4 +1,5 @@
-import { expect, test, type APIRequestContext } from '@playwright/test';
+import { type APIRequestContext } from '@playwright/test';
+import { expect, test } from '../fixtures';
 import { apiToken, signIn } from '../pages/login';
 import { OverviewPage } from '../pages/overview';
 import { QuotaAccountPage, QuotasPage } from '../pages/quotas';

@@ -4,6 +4,7 @@ pub mod api;
 pub mod assets;
 pub mod guard;
 pub mod ops;
+pub mod security;
 pub mod stream;
 
 use axum::Router;
@@ -18,6 +19,11 @@ pub fn router(state: AppState) -> Router {
     let routes = generate_route_list(App);
     let context = state.app_context.clone();
     let options = state.leptos_options.clone();
+    let page_context = move || {
+        provide_context(context.clone());
+        security::provide_request_nonce();
+    };
+    let security = security::SecurityHeaders { hsts: state.settings.session_secure_cookie };
     Router::new()
         .merge(ops::router())
         .merge(api::router())
@@ -26,13 +32,14 @@ pub fn router(state: AppState) -> Router {
         .leptos_routes_with_context(
             &state,
             routes,
-            move || provide_context(context.clone()),
+            page_context.clone(),
             move || shell(options.clone()),
         )
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .fallback(leptos_axum::file_and_error_handler_with_context::<AppState, _>(page_context, shell))
         .layer(axum::middleware::from_fn(guard::require_login))
         .layer(crate::sessions::layer(state.db.clone(), state.settings.session_secure_cookie))
         .layer(axum::middleware::from_fn(guard::reject_cross_site_writes))
+        .layer(axum::middleware::from_fn_with_state(security, security::apply))
         .layer(axum::middleware::from_fn(crate::telemetry::track_http))
         .with_state(state)
 }

@@ -61,7 +61,7 @@ async fn pages_name_the_hashed_files_and_the_server_sends_them_precompressed_and
     // A missing file is a 404 that no browser keeps.
     let resp = app.get(&format!("/pkg/sluice.{HASH_CSS}.js")).await;
     assert_eq!(resp.status(), 404);
-    assert!(resp.headers().get("cache-control").is_none());
+    assert_eq!(resp.headers().get("cache-control").expect("cache-control"), "no-store");
 }
 
 #[tokio::test]

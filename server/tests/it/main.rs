@@ -18,3 +18,4 @@ mod limits;
 mod ops;
 mod pages;
 mod quotas;
+mod security;

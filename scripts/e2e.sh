@@ -38,10 +38,13 @@ trap cleanup EXIT
 e2e_sluice() {
   DATABASE_URL="${SLUICE_TEST_POSTGRES_URL%/*}/${E2E_DB}" SLUICE_LOG=warn "$CARGO_TARGET_DIR/debug/sluice" "$@"
 }
-for role in viewer support admin; do
+# `signout` is a viewer of its own for the journey that signs out: signing
+# out ends every session of the user, and the other journeys share the role
+# users' sessions (end2end/global-setup.ts).
+for role in viewer support admin signout; do
   user="e2e-${role}"
   password="e2e-${role}-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-  printf '%s\n' "$password" | e2e_sluice user add --username "$user" --role "$role" --password-stdin
+  printf '%s\n' "$password" | e2e_sluice user add --username "$user" --role "${role/signout/viewer}" --password-stdin
   export "E2E_${role^^}_USER=$user" "E2E_${role^^}_PASSWORD=$password"
 done
 for scope in worker admin; do

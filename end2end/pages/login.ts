@@ -4,8 +4,11 @@ import { expect, type Page } from '@playwright/test';
 
 /** The roles scripts/test.sh creates users for before the browser tests. */
 export type Role = 'viewer' | 'support' | 'admin';
+/** A role's user, or `signout`: a viewer of its own for the journey that
+ * signs out (which ends every session of its user). */
+export type TestUser = Role | 'signout';
 
-export function credentials(role: Role): { username: string; password: string } {
+export function credentials(role: TestUser): { username: string; password: string } {
   const username = process.env[`E2E_${role.toUpperCase()}_USER`];
   const password = process.env[`E2E_${role.toUpperCase()}_PASSWORD`];
   if (!username || !password) throw new Error(`E2E_${role.toUpperCase()}_USER/PASSWORD not set (scripts/test.sh sets them)`);
@@ -52,7 +55,7 @@ export async function signIn(page: Page, role: Role, next = '/') {
 }
 
 /** Sign in through the login form (what login.spec.ts tests), landing on `next`. */
-export async function signInWithForm(page: Page, role: Role, next = '/') {
+export async function signInWithForm(page: Page, role: TestUser, next = '/') {
   const { username, password } = credentials(role);
   const login = new LoginPage(page);
   await login.open(next);

@@ -5,10 +5,10 @@ test('a page asked for without a session leads to the login and back', async ({ 
   await page.goto('/');
   await expect(page).toHaveURL(/\/login\?next=%2F$/);
   const login = new LoginPage(page);
-  await login.submit(credentials('viewer').username, 'not the password');
+  await login.submit(credentials('signout').username, 'not the password');
   await expect(login.error()).toHaveText('wrong username or password');
   await page.screenshot({ path: 'artifacts/login.png', fullPage: true });
-  await signInWithForm(page, 'viewer');
+  await signInWithForm(page, 'signout');
   await expect(page).toHaveURL(/\/$/);
   await expect(page.getByRole('heading', { level: 1, name: 'Overview' })).toBeVisible();
   await page.getByTestId('logout').click();

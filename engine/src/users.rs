@@ -246,32 +246,61 @@ async fn by_username(db: &Db, username: &str) -> Result<User, UserError> {
 }
 
 /// Change a user's role; returns (before, after). The last admin stays admin.
-pub async fn set_role(db: &Db, username: &str, role: Role) -> Result<(User, User), UserError> {
+/// Every session of the user ends except `keep_session` (the session of
+/// someone changing their own role), so a lowered role cannot linger in a
+/// session opened before.
+pub async fn set_role(db: &Db, username: &str, role: Role, keep_session: Option<&str>) -> Result<(User, User), UserError> {
     let before = by_username(db, username).await?;
     if before.role == Role::Admin && role != Role::Admin && count_admins(db).await? <= 1 {
         return Err(UserError::LastAdmin);
     }
-    sqlx::query("UPDATE users SET role = $1 WHERE id = $2").bind(role.as_str()).bind(&before.id).execute(db.pool()).await?;
+    let mut tx = db.pool().begin().await?;
+    sqlx::query("UPDATE users SET role = $1 WHERE id = $2").bind(role.as_str()).bind(&before.id).execute(&mut *tx).await?;
+    end_sessions_in(&mut tx, &before.id, keep_session).await?;
+    tx.commit().await?;
     let after = User { role, ..before.clone() };
     Ok((before, after))
 }
 
-/// Set a new password for a user.
-pub async fn set_password(db: &Db, username: &str, password: &str) -> Result<User, UserError> {
+/// Set a new password for a user. Every session of the user ends except
+/// `keep_session`: whoever knew the old password is signed out.
+pub async fn set_password(db: &Db, username: &str, password: &str, keep_session: Option<&str>) -> Result<User, UserError> {
     let user = by_username(db, username).await?;
     let hash = hash_password(password)?;
-    sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2").bind(hash).bind(&user.id).execute(db.pool()).await?;
+    let mut tx = db.pool().begin().await?;
+    sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2").bind(hash).bind(&user.id).execute(&mut *tx).await?;
+    end_sessions_in(&mut tx, &user.id, keep_session).await?;
+    tx.commit().await?;
     Ok(user)
 }
 
-/// Remove a user (their sessions stop working at the next request). The
-/// last admin cannot be removed.
+/// End every web session of the user with `user_id` but `keep_session`
+/// (signing out ends them all); returns how many ended.
+pub async fn end_sessions(db: &Db, user_id: &str, keep_session: Option<&str>) -> Result<u64, UserError> {
+    let mut conn = db.pool().acquire().await?;
+    end_sessions_in(&mut conn, user_id, keep_session).await
+}
+
+async fn end_sessions_in(conn: &mut sqlx::AnyConnection, user_id: &str, keep_session: Option<&str>) -> Result<u64, UserError> {
+    let done = sqlx::query("DELETE FROM sessions WHERE user_id = $1 AND id <> $2")
+        .bind(user_id)
+        // No session id is empty.
+        .bind(keep_session.unwrap_or_default())
+        .execute(&mut *conn)
+        .await?;
+    Ok(done.rows_affected())
+}
+
+/// Remove a user and end their sessions. The last admin cannot be removed.
 pub async fn delete_user(db: &Db, username: &str) -> Result<User, UserError> {
     let user = by_username(db, username).await?;
     if user.role == Role::Admin && count_admins(db).await? <= 1 {
         return Err(UserError::LastAdmin);
     }
-    sqlx::query("DELETE FROM users WHERE id = $1").bind(&user.id).execute(db.pool()).await?;
+    let mut tx = db.pool().begin().await?;
+    sqlx::query("DELETE FROM users WHERE id = $1").bind(&user.id).execute(&mut *tx).await?;
+    end_sessions_in(&mut tx, &user.id, None).await?;
+    tx.commit().await?;
     Ok(user)
 }
 
@@ -305,10 +334,10 @@ mod tests {
         for db in TestDb::each().await {
             let now = Timestamp::from_millis(1_000);
             create_user(&db, "root", "long enough pw", Role::Admin, now).await.expect("create");
-            assert!(matches!(set_role(&db, "root", Role::Viewer).await, Err(UserError::LastAdmin)));
+            assert!(matches!(set_role(&db, "root", Role::Viewer, None).await, Err(UserError::LastAdmin)));
             assert!(matches!(delete_user(&db, "root").await, Err(UserError::LastAdmin)));
             create_user(&db, "second", "long enough pw", Role::Admin, now).await.expect("create");
-            let (before, after) = set_role(&db, "root", Role::Viewer).await.expect("demote");
+            let (before, after) = set_role(&db, "root", Role::Viewer, None).await.expect("demote");
             assert_eq!((before.role, after.role), (Role::Admin, Role::Viewer));
             assert_eq!(count_users(&db).await.expect("count"), 2);
         }

@@ -34,6 +34,8 @@ struct RawSettings {
     delivery_worker: bool,
     delivery_require_https: bool,
     session_secure_cookie: bool,
+    session_idle_secs: u64,
+    session_absolute_secs: u64,
     quota_sample_every_secs: u64,
     quota_idle_retention_secs: u64,
     api_token_cache_secs: u64,
@@ -68,6 +70,10 @@ pub struct Settings {
     pub delivery_require_https: bool,
     /// Mark the session cookie `Secure` (set when served over HTTPS).
     pub session_secure_cookie: bool,
+    /// A web session ends after this long without a request.
+    pub session_idle: std::time::Duration,
+    /// A web session ends this long after sign-in, however busy.
+    pub session_absolute: std::time::Duration,
     /// How often the quota history sampler records the limiter's counters.
     pub quota_sample_every: std::time::Duration,
     /// How long an idle quota bucket's statistics are kept after its last
@@ -277,15 +283,20 @@ impl RawSettings {
             audit: days("retention_audit_days", self.retention_audit_days, 36_500, &mut errors),
             ..sluice_engine::retention::RetentionConfig::default()
         };
-        let mut delivery_allow_networks = Vec::new();
-        for cidr in self.delivery_allow_networks.split(',').map(str::trim).filter(|c| !c.is_empty()) {
-            match cidr.parse::<ipnet::IpNet>() {
-                Ok(net) => delivery_allow_networks.push(net),
-                Err(_) => errors.push(format!(
-                    "delivery_allow_networks (SLUICE_DELIVERY_ALLOW_NETWORKS): '{cidr}' is not a CIDR such as 10.0.0.0/8"
-                )),
-            }
+        if !(60..=30 * 86_400).contains(&self.session_idle_secs) {
+            errors.push(format!(
+                "session_idle_secs (SLUICE_SESSION_IDLE_SECS): {} is not between 60 and 2592000 (30 days)",
+                self.session_idle_secs
+            ));
         }
+        if !(self.session_idle_secs.max(60)..=90 * 86_400).contains(&self.session_absolute_secs) {
+            errors.push(format!(
+                "session_absolute_secs (SLUICE_SESSION_ABSOLUTE_SECS): {} is not between session_idle_secs ({}) and \
+                 7776000 (90 days)",
+                self.session_absolute_secs, self.session_idle_secs
+            ));
+        }
+        let delivery_allow_networks = cidrs("delivery_allow_networks", &self.delivery_allow_networks, &mut errors);
         let mut upstream_breaker_ignore_rules = Vec::new();
         for id in self.upstream_breaker_ignore_rules.split(',').map(str::trim).filter(|c| !c.is_empty()) {
             if id.len() > 128 || !id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) {
@@ -314,6 +325,8 @@ impl RawSettings {
                 delivery_worker: self.delivery_worker,
                 delivery_require_https: self.delivery_require_https,
                 session_secure_cookie: self.session_secure_cookie,
+                session_idle: std::time::Duration::from_secs(self.session_idle_secs),
+                session_absolute: std::time::Duration::from_secs(self.session_absolute_secs),
                 quota_sample_every: std::time::Duration::from_secs(self.quota_sample_every_secs),
                 quota_idle_retention: std::time::Duration::from_secs(self.quota_idle_retention_secs),
                 api_token_cache: std::time::Duration::from_secs(self.api_token_cache_secs),
@@ -324,6 +337,22 @@ impl RawSettings {
             _ => Err(ConfigError::Invalid(errors)),
         }
     }
+}
+
+/// A comma-separated list of CIDRs under the setting `key`; each bad one is
+/// reported with the key and its environment variable.
+fn cidrs(key: &str, value: &str, errors: &mut Vec<String>) -> Vec<ipnet::IpNet> {
+    let mut nets = Vec::new();
+    for cidr in value.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        match cidr.parse::<ipnet::IpNet>() {
+            Ok(net) => nets.push(net),
+            Err(_) => errors.push(format!(
+                "{key} (SLUICE_{}): '{cidr}' is not a CIDR such as 10.0.0.0/8",
+                key.to_ascii_uppercase()
+            )),
+        }
+    }
+    nets
 }
 
 /// `scheme://user:****@host/…`: the URL without its password, for logs.
@@ -357,6 +386,8 @@ impl fmt::Debug for Settings {
             .field("delivery_worker", &self.delivery_worker)
             .field("delivery_require_https", &self.delivery_require_https)
             .field("session_secure_cookie", &self.session_secure_cookie)
+            .field("session_idle", &self.session_idle)
+            .field("session_absolute", &self.session_absolute)
             .field("quota_sample_every", &self.quota_sample_every)
             .field("quota_idle_retention", &self.quota_idle_retention)
             .field("api_token_cache", &self.api_token_cache)
@@ -467,6 +498,19 @@ mod tests {
         let msg = invalid(load_env(None, &[("SLUICE_RETENTION_FAILED_DAYS", "0"), ("SLUICE_RETENTION_DELIVERED_DAYS", "4000")]));
         assert!(msg.contains("retention_failed_days (SLUICE_RETENTION_FAILED_DAYS): 0 is not between 1 and 3650"), "{msg}");
         assert!(msg.contains("retention_delivered_days (SLUICE_RETENTION_DELIVERED_DAYS): 4000"), "{msg}");
+    }
+
+    #[test]
+    fn session_lifetimes_default_to_a_working_day_idle_and_a_week_in_all() {
+        let s = load_env(None, &[]).expect("defaults");
+        assert_eq!((s.session_idle.as_secs(), s.session_absolute.as_secs()), (8 * 3600, 7 * 86_400));
+        let s = load_env(None, &[("SLUICE_SESSION_IDLE_SECS", "600"), ("SLUICE_SESSION_ABSOLUTE_SECS", "600")]).expect("valid");
+        assert_eq!((s.session_idle.as_secs(), s.session_absolute.as_secs()), (600, 600));
+        let msg = invalid(load_env(None, &[("SLUICE_SESSION_IDLE_SECS", "30")]));
+        assert!(msg.contains("session_idle_secs (SLUICE_SESSION_IDLE_SECS): 30"), "{msg}");
+        // The absolute lifetime is never shorter than the idle one.
+        let msg = invalid(load_env(None, &[("SLUICE_SESSION_IDLE_SECS", "7200"), ("SLUICE_SESSION_ABSOLUTE_SECS", "3600")]));
+        assert!(msg.contains("session_absolute_secs (SLUICE_SESSION_ABSOLUTE_SECS): 3600"), "{msg}");
     }
 
     #[test]

@@ -194,7 +194,7 @@ async fn user(settings: &Settings, cmd: UserCommand) -> anyhow::Result<()> {
         }
         UserCommand::Passwd { username, password_stdin } => {
             let (password, generated) = password_input(password_stdin)?;
-            let user = users::set_password(&db, &username, &password).await?;
+            let user = users::set_password(&db, &username, &password, None).await?;
             audit_user(&db, AuditAction::UserPassword, &user, None, None, now).await?;
             eprintln!("password of '{}' changed", user.username);
             if generated {
@@ -202,7 +202,7 @@ async fn user(settings: &Settings, cmd: UserCommand) -> anyhow::Result<()> {
             }
         }
         UserCommand::Role { username, role } => {
-            let (before, after) = users::set_role(&db, &username, role.parse()?).await?;
+            let (before, after) = users::set_role(&db, &username, role.parse()?, None).await?;
             audit_user(&db, AuditAction::UserRole, &after, Some(&before), Some(&after), now).await?;
             eprintln!("'{}' is now {}", after.username, after.role);
         }

@@ -232,7 +232,7 @@ impl Application {
             let until = stopped();
             background.spawn(async move { worker.run(until).await });
         }
-        let sessions = crate::sessions::DbSessionStore::new(state.db.clone());
+        let sessions = crate::sessions::store(&state);
         let until = stopped();
         background.spawn(async move {
             use tower_sessions::session_store::ExpiredDeletion;

@@ -123,13 +123,18 @@ pub async fn add_user(username: String, role: Role, password: String) -> Result<
     }
 }
 
-/// Change a user's role (the last admin stays admin).
+/// Change a user's role (the last admin stays admin). The user's sessions
+/// end, but the caller's own when they change their own role.
 #[server(prefix = "/ui", endpoint = "users/role")]
 pub async fn set_user_role(username: String, role: Role) -> Result<(), ServerFnError> {
     use sluice_engine::users::{self, UserError};
     let me = crate::ssr::auth::require(Role::Admin).await?;
     let ctx = crate::ssr::context()?;
-    match users::set_role(&ctx.db, &username, server::to_engine(role)).await {
+    let keep = match username.trim() == me.username {
+        true => crate::ssr::auth::session().await?.id().map(|id| id.to_string()),
+        false => None,
+    };
+    match users::set_role(&ctx.db, &username, server::to_engine(role), keep.as_deref()).await {
         Ok((before, after)) => crate::ssr::audit(&ctx, &me.username, sluice_engine::audit::AuditAction::UserRole, &after.id, Some(&before), Some(&after), None).await,
         Err(e @ (UserError::LastAdmin | UserError::NotFound(_))) => Err(ServerFnError::new(e.to_string())),
         Err(e) => Err(crate::ssr::internal("changing the role", e)),

@@ -116,9 +116,16 @@ pub async fn login(username: &str, password: &str, next: Option<&str>) -> Result
     Ok(())
 }
 
+/// Sign out: this session and every other session of the same user end (a
+/// session left open on another machine is one sign-out away from closed).
 pub async fn logout() -> Result<(), ServerFnError> {
     let session = session().await?;
+    let user_id: Option<String> = session.get(SESSION_USER_ID).await.map_err(|e| internal("reading the session", e))?;
     session.flush().await.map_err(|e| internal("ending the session", e))?;
+    if let Some(user_id) = user_id {
+        let ctx = context()?;
+        users::end_sessions(&ctx.db, &user_id, None).await.map_err(|e| internal("ending the user's sessions", e))?;
+    }
     leptos_axum::redirect("/login");
     Ok(())
 }

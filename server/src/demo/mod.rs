@@ -79,8 +79,8 @@ pub async fn ensure_demo_login(db: &Db, now: Timestamp) -> anyhow::Result<String
     let (action, user) = match users::create_user(db, DEMO_USER, &password, Role::Admin, now).await {
         Ok(user) => (AuditAction::UserCreate, user),
         Err(UserError::Duplicate(_)) => {
-            users::set_password(db, DEMO_USER, &password).await.context("resetting the demo password")?;
-            let (_, user) = users::set_role(db, DEMO_USER, Role::Admin).await.context("making the demo user an admin")?;
+            users::set_password(db, DEMO_USER, &password, None).await.context("resetting the demo password")?;
+            let (_, user) = users::set_role(db, DEMO_USER, Role::Admin, None).await.context("making the demo user an admin")?;
             (AuditAction::UserPassword, user)
         }
         Err(e) => return Err(e).context("creating the demo user"),

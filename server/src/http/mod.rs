@@ -37,7 +37,7 @@ pub fn router(state: AppState) -> Router {
         )
         .fallback(leptos_axum::file_and_error_handler_with_context::<AppState, _>(page_context, shell))
         .layer(axum::middleware::from_fn(guard::require_login))
-        .layer(crate::sessions::layer(state.db.clone(), state.settings.session_secure_cookie))
+        .layer(crate::sessions::layer(crate::sessions::store(&state), state.settings.session_secure_cookie))
         .layer(axum::middleware::from_fn(guard::reject_cross_site_writes))
         .layer(axum::middleware::from_fn_with_state(security, security::apply))
         .layer(axum::middleware::from_fn(crate::telemetry::track_http))

@@ -38,7 +38,7 @@ async fn a_demoted_demo_user_is_an_admin_again_at_the_next_start() {
     let now = SystemClock.now();
     users::create_user(&db, "someone", "another password", Role::Admin, now).await.expect("another admin");
     ensure_demo_login(&db, now).await.expect("first start");
-    users::set_role(&db, DEMO_USER, Role::Viewer).await.expect("demote");
+    users::set_role(&db, DEMO_USER, Role::Viewer, None).await.expect("demote");
     let password = ensure_demo_login(&db, now).await.expect("second start");
     let user = users::verify_login(&db, DEMO_USER, &password, now).await.expect("verify").expect("login");
     assert_eq!(user.role, Role::Admin);

@@ -59,6 +59,12 @@ impl TestApp {
         let username = format!("{}-{}", role.as_str(), ulid::Ulid::new().to_string().to_lowercase());
         let password = "a test password";
         users::create_user(&self.db.db(), &username, password, role, SystemClock.now()).await.expect("create user");
+        self.signed_in_as(&username, password).await
+    }
+
+    /// A client signed in as an existing user (cookies kept; redirects not
+    /// followed; `Origin` set like a browser on our own pages).
+    pub async fn signed_in_as(&self, username: &str, password: &str) -> reqwest::Client {
         let mut headers = reqwest::header::HeaderMap::new();
         headers.insert(reqwest::header::ORIGIN, self.url("").parse().expect("origin header"));
         let client = reqwest::Client::builder()
@@ -69,7 +75,7 @@ impl TestApp {
             .expect("client");
         let resp = client
             .post(self.url("/ui/login"))
-            .form(&[("username", username.as_str()), ("password", password)])
+            .form(&[("username", username), ("password", password)])
             .send()
             .await
             .expect("login request");

@@ -19,3 +19,4 @@ mod ops;
 mod pages;
 mod quotas;
 mod security;
+mod sessions;

@@ -59,8 +59,9 @@ pub struct AppContext {
     pub delivery_ladder: sluice_engine::delivery::ladder::LadderConfig,
     /// The merchant breakers' timings the worker runs with (product or demo).
     pub delivery_breaker: sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig,
-    /// Throttles login attempts per username: Sluice's own limiter, with a
-    /// fixed rule ([`auth::login_rule`]) on the same store as the quotas.
+    /// Throttles sign-in attempts per username and per client address:
+    /// Sluice's own limiter, with fixed rules ([`auth::login_rules`]) on the
+    /// same store as the quotas.
     pub login_limiter: Limiter,
     /// Sampled quota counters: the Quotas charts and the Overview's last hour.
     pub history: QuotaHistory,

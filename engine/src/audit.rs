@@ -38,13 +38,16 @@ pub enum AuditAction {
     UserPassword,
     UserRole,
     UserDelete,
+    /// A sign-in refused for a wrong username or password (the actor is
+    /// the client's address; the password is never recorded).
+    UserLoginFailed,
     /// An API token issued (its secret is never recorded).
     TokenCreate,
     TokenRevoke,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 19] = [
+    pub const ALL: [AuditAction; 20] = [
         AuditAction::LimitCreate,
         AuditAction::LimitUpdate,
         AuditAction::LimitDelete,
@@ -62,6 +65,7 @@ impl AuditAction {
         AuditAction::UserPassword,
         AuditAction::UserRole,
         AuditAction::UserDelete,
+        AuditAction::UserLoginFailed,
         AuditAction::TokenCreate,
         AuditAction::TokenRevoke,
     ];
@@ -86,6 +90,7 @@ impl AuditAction {
             AuditAction::UserPassword => "user.password",
             AuditAction::UserRole => "user.role",
             AuditAction::UserDelete => "user.delete",
+            AuditAction::UserLoginFailed => "login.failed",
             AuditAction::TokenCreate => "token.create",
             AuditAction::TokenRevoke => "token.revoke",
         }
@@ -395,7 +400,7 @@ mod tests {
                 "limit.create", "limit.update", "limit.delete", "retry_profile.set", "retry_profile.delete", "merchant.create", "merchant.update_url",
                 "merchant.rotate_secret", "breaker.reset", "upstream_breaker.reset", "delivery.redeliver",
                 "delivery.retry_now", "delivery.bulk_retry", "user.create", "user.password", "user.role", "user.delete",
-                "token.create", "token.revoke",
+                "login.failed", "token.create", "token.revoke",
             ]
         );
         for a in AuditAction::ALL {

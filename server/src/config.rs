@@ -33,6 +33,7 @@ struct RawSettings {
     delivery_allow_networks: String,
     delivery_worker: bool,
     delivery_require_https: bool,
+    trusted_proxies: String,
     session_secure_cookie: bool,
     session_idle_secs: u64,
     session_absolute_secs: u64,
@@ -64,6 +65,9 @@ pub struct Settings {
     pub redis_timeout: std::time::Duration,
     /// CIDRs webhook deliveries may reach despite the SSRF guard.
     pub delivery_allow_networks: Vec<ipnet::IpNet>,
+    /// Peers whose `X-Forwarded-For` names the client (TLS-terminating
+    /// proxies, load balancers); empty: the TCP peer is the client.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     pub delivery_worker: bool,
     /// Merchant URLs must be https: plain http is refused on create and
     /// edit, and merchants that still have one are held (not delivered to).
@@ -297,6 +301,7 @@ impl RawSettings {
             ));
         }
         let delivery_allow_networks = cidrs("delivery_allow_networks", &self.delivery_allow_networks, &mut errors);
+        let trusted_proxies = cidrs("trusted_proxies", &self.trusted_proxies, &mut errors);
         let mut upstream_breaker_ignore_rules = Vec::new();
         for id in self.upstream_breaker_ignore_rules.split(',').map(str::trim).filter(|c| !c.is_empty()) {
             if id.len() > 128 || !id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) {
@@ -322,6 +327,7 @@ impl RawSettings {
                 redis_cluster: self.redis_cluster,
                 redis_timeout: std::time::Duration::from_millis(self.redis_timeout_ms),
                 delivery_allow_networks,
+                trusted_proxies,
                 delivery_worker: self.delivery_worker,
                 delivery_require_https: self.delivery_require_https,
                 session_secure_cookie: self.session_secure_cookie,
@@ -383,6 +389,7 @@ impl fmt::Debug for Settings {
             .field("redis_cluster", &self.redis_cluster)
             .field("redis_timeout", &self.redis_timeout)
             .field("delivery_allow_networks", &self.delivery_allow_networks)
+            .field("trusted_proxies", &self.trusted_proxies)
             .field("delivery_worker", &self.delivery_worker)
             .field("delivery_require_https", &self.delivery_require_https)
             .field("session_secure_cookie", &self.session_secure_cookie)
@@ -561,6 +568,11 @@ mod tests {
         ));
         assert!(msg.contains("quota_store_down"), "{msg}");
         assert!(msg.contains("'10.0.0.0/33' is not a CIDR"), "{msg}");
+        assert!(load_env(None, &[]).expect("defaults").trusted_proxies.is_empty());
+        let s = load_env(None, &[("SLUICE_TRUSTED_PROXIES", "10.0.0.0/8, fd00::/8")]).expect("valid");
+        assert_eq!(s.trusted_proxies.len(), 2);
+        let msg = invalid(load_env(None, &[("SLUICE_TRUSTED_PROXIES", "10.0.0.1")]));
+        assert!(msg.contains("trusted_proxies (SLUICE_TRUSTED_PROXIES): '10.0.0.1' is not a CIDR"), "{msg}");
     }
 
     #[test]

@@ -110,7 +110,7 @@ impl Application {
         let limiter = build_limiter(store.clone(), &db, &clock).await?;
         let login_limiter = Limiter::new(
             store,
-            RuleRegistry::new([sluice_app::ssr::auth::login_rule()]),
+            RuleRegistry::new(sluice_app::ssr::auth::login_rules()),
             clock.clone(),
             LimiterConfig::default(),
         );
@@ -249,7 +249,7 @@ impl Application {
         });
         let router = crate::http::router(state.clone());
         let signal_tx = stop_tx.clone();
-        let served = axum::serve(self.listener, router.into_make_service())
+        let served = axum::serve(self.listener, router.into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(async move {
                 shutdown.await;
                 let _ = signal_tx.send(true);

@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod assets;
+pub mod client_addr;
 pub mod guard;
 pub mod ops;
 pub mod security;
@@ -23,6 +24,7 @@ pub fn router(state: AppState) -> Router {
         provide_context(context.clone());
         security::provide_request_nonce();
     };
+    let trusted_proxies = std::sync::Arc::new(state.settings.trusted_proxies.clone());
     let security = security::SecurityHeaders { hsts: state.settings.session_secure_cookie };
     Router::new()
         .merge(ops::router())
@@ -39,6 +41,7 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(guard::require_login))
         .layer(crate::sessions::layer(crate::sessions::store(&state), state.settings.session_secure_cookie))
         .layer(axum::middleware::from_fn(guard::reject_cross_site_writes))
+        .layer(axum::middleware::from_fn_with_state(trusted_proxies, client_addr::resolve))
         .layer(axum::middleware::from_fn_with_state(security, security::apply))
         .layer(axum::middleware::from_fn(crate::telemetry::track_http))
         .with_state(state)

@@ -209,3 +209,118 @@ async fn failed_sign_ins_are_audited_with_the_clients_address_and_never_the_pass
     let text = serde_json::to_string(&rows).expect("json");
     assert!(!text.contains("not-her-password") && !text.contains("nor-this-one"), "{text}");
 }
+
+/// Everything the app logs while a test runs, at every level.
+#[derive(Clone, Default)]
+struct CapturedLogs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLogs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLogs {
+    type Writer = CapturedLogs;
+    fn make_writer(&'a self) -> CapturedLogs {
+        self.clone()
+    }
+}
+
+impl CapturedLogs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("log buffer")).into_owned()
+    }
+}
+
+/// The secret of a one-time display (`{"Ok": {"secret": …}}`).
+fn shown_secret(answer: &serde_json::Value) -> String {
+    answer["Ok"]["secret"].as_str().unwrap_or_else(|| panic!("a secret shown once in {answer}")).to_owned()
+}
+
+#[tokio::test]
+async fn secrets_never_reach_logs_audit_rows_pages_or_api_answers_but_their_one_time_display() {
+    // The test's runtime runs the app on this thread, so a thread-local
+    // subscriber sees everything the app logs, TRACE included.
+    let logs = CapturedLogs::default();
+    let subscriber = tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE).with_ansi(false).with_writer(logs.clone()).finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let settings = [("SLUICE_DELIVERY_WORKER", "false"), ("SLUICE_DELIVERY_ALLOW_NETWORKS", "127.0.0.0/8")];
+    let app = spawn_app_with(Mode::Embedded, &settings).await;
+    let db = app.db.db();
+    let mut secrets: Vec<String> = Vec::new();
+    let json = |resp: reqwest::Response| async move {
+        assert_eq!(resp.status(), 200, "{}", resp.url());
+        resp.json::<serde_json::Value>().await.expect("json")
+    };
+
+    // An admin signs in and creates a user with a password and one with a
+    // generated password, an API token, and a merchant whose secret it rotates.
+    let admin_password = "boss-Secret-pw-0a1b2c3d";
+    users::create_user(&db, "boss", admin_password, Role::Admin, SystemClock.now()).await.expect("admin");
+    secrets.push(admin_password.into());
+    let admin = app.signed_in_as("boss", admin_password).await;
+    let user_password = "eve-Secret-pw-4e5f6a7b";
+    secrets.push(user_password.into());
+    let added = json(app.call(&admin, "/ui/users/add", &[("username", "eve"), ("role", "viewer"), ("password", user_password)]).await).await;
+    assert!(added["Ok"]["secret"].is_null(), "a password the admin chose is not shown back: {added}");
+    let generated = json(app.call(&admin, "/ui/users/add", &[("username", "fay"), ("role", "viewer"), ("password", "")]).await).await;
+    secrets.push(shown_secret(&generated));
+    let token = shown_secret(&json(app.call(&admin, "/ui/tokens/add", &[("name", "ci"), ("scope", "admin")]).await).await);
+    secrets.push(token.clone());
+    let merchant = [("name", "Gamma"), ("url", "http://127.0.0.1:9/hooks"), ("scheme", "standard_webhooks")];
+    let created = json(app.call(&admin, "/ui/merchants/create", &merchant).await).await;
+    secrets.push(shown_secret(&created));
+    let id = created["Ok"]["id"].as_str().expect("merchant id").to_owned();
+    secrets.push(shown_secret(&json(app.call(&admin, "/ui/merchants/rotate", &[("id", &id)]).await).await));
+    // A merchant over the API: its secret is in the 201, once.
+    let resp = app
+        .client
+        .post(app.url("/api/v1/merchants"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({ "name": "Delta", "url": "http://127.0.0.1:9/d", "scheme": "sluice" }))
+        .send()
+        .await
+        .expect("create over the API");
+    assert_eq!(resp.status(), 201);
+    let api_created: serde_json::Value = resp.json().await.expect("json");
+    secrets.push(api_created["secret"].as_str().expect("the secret, once").to_owned());
+
+    // The new user signs in (once with a wrong password) and out.
+    let wrong = "eve-Wrong-pw-9c8d7e6f";
+    secrets.push(wrong.into());
+    assert_eq!(attempt(&app, "eve", wrong, None).await.0, 401);
+    let eve = app.signed_in_as("eve", user_password).await;
+    assert!(app.call(&eve, "/ui/logout", &[]).await.status().as_u16() < 400);
+
+    // Where the secrets must not be: every page the admin can open, the API's
+    // answers, the audit log, the log. (Standard Webhooks secrets are
+    // searched for without their well-known prefix.)
+    let mut places: Vec<(String, String)> = Vec::new();
+    for path in ["/", "/users", "/merchants", "/breakers", "/deliveries", "/audit", "/limits", "/quotas"] {
+        let html = admin.get(app.url(path)).send().await.expect("page").text().await.expect("html");
+        places.push((format!("page {path}"), html));
+    }
+    places.push(("server function users/list".into(), app.call(&admin, "/ui/users/list", &[]).await.text().await.expect("body")));
+    places.push(("server function merchants/list".into(), app.call(&admin, "/ui/merchants/list", &[]).await.text().await.expect("body")));
+    for path in ["/api/v1/merchants", "/api/v1/limits"] {
+        let body = app.client.get(app.url(path)).bearer_auth(&token).send().await.expect("api").text().await.expect("body");
+        places.push((format!("API {path}"), body));
+    }
+    let audit_rows = audit::list(&db, &AuditFilter::default(), None, 500).await.expect("audit").records;
+    assert!(audit_rows.len() >= 7, "the journey is audited: {audit_rows:?}");
+    places.push(("the audit log".into(), serde_json::to_string(&audit_rows).expect("json")));
+    let log = logs.text();
+    assert!(log.contains("signed in"), "the log was captured: {log}");
+    places.push(("the log".into(), log));
+    for secret in &secrets {
+        let needle = secret.trim_start_matches("whsec_");
+        for (place, text) in &places {
+            assert!(!text.contains(needle), "{place} holds the secret {secret}");
+        }
+    }
+}

@@ -156,7 +156,7 @@ pub fn AuditPage() -> impl IntoView {
                 Ok(view) if view.rows.is_empty() => view! { <p class="muted">"No entries."</p> <RetentionNote days=view.retention.audit/> }.into_any(),
                 Ok(view) => view! {
                     <RetentionNote days=view.retention.audit/>
-                    <div class="table-scroll">
+                    <div class="table-scroll" tabindex="0">
                     <table data-testid="audit" class="audit">
                         <thead><tr><th>"When"</th><th>"Who"</th><th>"Action"</th><th>"Target"</th><th>"Before → after"</th><th>"Reason"</th></tr></thead>
                         <tbody>

@@ -249,7 +249,7 @@ pub fn UsersPage() -> impl IntoView {
                 Ok(a) => view! {
                     <section>
                         <h2>"Users"</h2>
-                        <div class="table-scroll">
+                        <div class="table-scroll" tabindex="0">
                         <table data-testid="users">
                             <thead><tr><th>"Username"</th><th>"Role"</th><th>"Created"</th><th>"Last sign-in"</th><th></th></tr></thead>
                             <tbody>
@@ -287,7 +287,7 @@ pub fn UsersPage() -> impl IntoView {
                     </section>
                     <section>
                         <h2>"API tokens"</h2>
-                        <div class="table-scroll">
+                        <div class="table-scroll" tabindex="0">
                         <table data-testid="tokens">
                             <thead><tr><th>"Name"</th><th>"Scope"</th><th>"Created"</th><th>"Last used"</th><th>"State"</th><th></th></tr></thead>
                             <tbody>

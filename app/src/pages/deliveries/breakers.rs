@@ -220,7 +220,7 @@ pub fn BreakersPage() -> impl IntoView {
                 Ok(v) => view! {
                     <section>
                         <h2>"Merchant delivery breakers"</h2>
-                        <div class="table-scroll">
+                        <div class="table-scroll" tabindex="0">
                         <table data-testid="merchant-breakers">
                             <thead><tr><th>"Merchant"</th><th>"State"</th><th>"Failures (5 min)"</th><th>"Pause"</th><th>"Failed probes"</th><th>"Opened"</th><th>"Next probe"</th><th></th></tr></thead>
                             <tbody>
@@ -258,7 +258,7 @@ pub fn BreakersPage() -> impl IntoView {
                             Err(why) => view! { <p class="notice warn" data-testid="upstream-unavailable">{why}</p> }.into_any(),
                             Ok(list) if list.is_empty() => view! { <p class="muted">"No upstream breaker has recorded anything yet."</p> }.into_any(),
                             Ok(list) => view! {
-                                <div class="table-scroll">
+                                <div class="table-scroll" tabindex="0">
                                 <table data-testid="upstream-breakers">
                                     <thead><tr><th>"Account"</th><th>"Scope"</th><th>"State"</th><th>"Failures in a row"</th><th>"Next probe"</th><th>"Good probes"</th><th>"Opened"</th><th>"Trips"</th><th></th></tr></thead>
                                     <tbody>
@@ -298,7 +298,7 @@ pub fn BreakersPage() -> impl IntoView {
                     </section>
                     <section>
                         <h2>"Recent resets"</h2>
-                        <div class="table-scroll">
+                        <div class="table-scroll" tabindex="0">
                         <table data-testid="recent-resets">
                             <thead><tr><th>"When"</th><th>"Who"</th><th>"What"</th><th>"Reason"</th></tr></thead>
                             <tbody>

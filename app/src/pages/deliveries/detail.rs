@@ -305,7 +305,7 @@ fn DeliveryDetail(d: DeliveryView, redeliver: ServerAction<Redeliver>, retry: Se
         })}
         <section>
             <h2>"Ladder timeline"</h2>
-            <div class="table-scroll">
+            <div class="table-scroll" tabindex="0">
             <table data-testid="timeline">
                 <thead><tr><th>"When"</th><th>"What"</th><th>"Ladder"</th><th>"HTTP"</th><th>"Latency"</th><th>"Error"</th></tr></thead>
                 <tbody>
@@ -361,7 +361,7 @@ fn DeliveryDetail(d: DeliveryView, redeliver: ServerAction<Redeliver>, retry: Se
 #[component]
 fn AttemptDetail(number: usize, a: AttemptView) -> impl IntoView {
     let headers_table = |rows: Vec<(String, String)>, testid: &'static str| view! {
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0">
         <table class="headers" data-testid=testid>
             <tbody>
                 {rows.into_iter().map(|(k, v)| view! { <tr><th class="mono">{k}</th><td class="mono wrap">{v}</td></tr> }).collect_view()}

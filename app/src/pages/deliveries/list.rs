@@ -310,7 +310,7 @@ fn DeliveryTable(list: DeliveryList, filter: DeliveryQuery) -> impl IntoView {
     let next = list.next.clone().map(|c| filter.href(Some(("after", &c))));
     let empty = list.rows.is_empty();
     view! {
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0">
         <table data-testid="deliveries">
             <thead><tr>
                 <th>"Delivery"</th><th>"Merchant"</th><th>"Event type"</th><th>"Status"</th>

@@ -220,7 +220,7 @@ pub fn MerchantsPage() -> impl IntoView {
             {move || merchants.get().map(|r| match r {
                 Err(e) => view! { <p class="error">{error_text(&e)}</p> }.into_any(),
                 Ok(list) => view! {
-                    <div class="table-scroll">
+                    <div class="table-scroll" tabindex="0">
                     <table data-testid="merchants">
                         <thead><tr><th>"Merchant"</th><th>"URL"</th><th>"Signing"</th><th>"Breaker"</th><th>"Last 5 min"</th><th>"Updated"</th></tr></thead>
                         <tbody>

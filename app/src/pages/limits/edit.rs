@@ -160,7 +160,7 @@ pub(super) fn RuleHistory(id: String) -> impl IntoView {
                     Err(e) => view! { <p class="error">{error_text(&e)}</p> }.into_any(),
                     Ok(rows) if rows.is_empty() => view! { <p class="muted">"No recorded changes."</p> }.into_any(),
                     Ok(rows) => view! {
-                        <div class="table-scroll">
+                        <div class="table-scroll" tabindex="0">
                         <table>
                             <thead><tr><th>"When"</th><th>"Who"</th><th>"Change"</th><th>"Fields"</th></tr></thead>
                             <tbody>

@@ -104,7 +104,7 @@ fn RulesTable(rows: Vec<RuleRow>, admin: bool, shadow: ServerAction<SetShadow>) 
         return view! { <p class="muted">"No rules: every request is refused with reason no_rule."</p> }.into_any();
     }
     view! {
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0">
         <table data-testid="rules" class="rules">
             <thead><tr>
                 <th>"Scope"</th><th>"Method"</th><th>"Path"</th><th>"Kind"</th><th>"Algorithm"</th>

@@ -239,7 +239,7 @@ pub fn RetryProfilesSection() -> impl IntoView {
                     Ok(view) => {
                         let admin = is_admin();
                         view! {
-                            <div class="table-scroll">
+                            <div class="table-scroll" tabindex="0">
                             <table data-testid="profiles">
                                 <thead><tr><th>"Scope"</th><th>"Profile"</th><th>"Retries on"</th><th>"Policy"</th><th>"Updated"</th><th></th></tr></thead>
                                 <tbody>

@@ -185,7 +185,7 @@ pub fn BucketTable(rows: Vec<BucketRow>, link_accounts: bool) -> impl IntoView {
         })
         .collect_view();
     view! {
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0">
         <table class="buckets">
             <thead>
                 <tr>

@@ -176,7 +176,7 @@ fn SimulationResult(view: SimulationView) -> impl IntoView {
         <section class="card chart" data-testid="sim-chart" inner_html=view.chart_svg></section>
         <section>
             <h2>"Permit times per worker"</h2>
-            <div class="table-scroll">
+            <div class="table-scroll" tabindex="0">
             <table data-testid="sim-worker-table">
                 <thead><tr><th>"Worker"</th><th>"Permits"</th><th>"Over limit"</th><th>"Permit times (from second zero)"</th></tr></thead>
                 <tbody>

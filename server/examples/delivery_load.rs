@@ -12,6 +12,17 @@
 //! one line of JSON: intake and delivery rates, duplicates (same id twice,
 //! which at-least-once allows) and any refused intake. Exits non-zero when
 //! an intake call failed or not everything arrived within ten minutes.
+//!
+//! `DELIVERY_LOAD_BATCH=N` (N > 1): producers post N events at a time to
+//! `POST /api/v1/events/batch` instead.
+//!
+//! Fault mode (`scripts/bench-faults.sh`): `DELIVERY_LOAD_SECONDS=T` stops
+//! producing after T seconds, and a refused call (503 while the database is
+//! down) is not an error: the producer pauses 100 ms and goes on with new
+//! events. `DELIVERY_LOAD_MARKS=FILE` names a file where the script writes
+//! `up <unix ms>` when the database answers again; the output then says how
+//! many seconds after that the delivery rate was back to the rate before the
+//! fault (one-second windows, at least 90 %).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +41,12 @@ struct Received {
     total: AtomicU64,
     delay: Duration,
     last: Mutex<Option<Instant>>,
+    /// Unix milliseconds of each first arrival.
+    arrivals: Mutex<Vec<u64>>,
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 async fn receive(State(r): State<Arc<Received>>, headers: HeaderMap) -> StatusCode {
@@ -39,7 +56,9 @@ async fn receive(State(r): State<Arc<Received>>, headers: HeaderMap) -> StatusCo
     let id = headers.get("x-webhook-id").or_else(|| headers.get("webhook-id")).and_then(|v| v.to_str().ok());
     let Some(id) = id else { return StatusCode::BAD_REQUEST };
     r.total.fetch_add(1, Ordering::Relaxed);
-    r.ids.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_owned());
+    if r.ids.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_owned()) {
+        r.arrivals.lock().unwrap_or_else(|p| p.into_inner()).push(unix_ms());
+    }
     *r.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
     StatusCode::OK
 }
@@ -80,6 +99,9 @@ async fn main() -> anyhow::Result<()> {
     }
     let merchant_ids = Arc::new(merchant_ids);
 
+    let seconds: Option<u64> = std::env::var("DELIVERY_LOAD_SECONDS").ok().map(|b| b.parse()).transpose()?;
+    let stop_at = seconds.map(|s| Instant::now() + Duration::from_secs(s));
+    let batch: u64 = std::env::var("DELIVERY_LOAD_BATCH").ok().map(|b| b.parse()).transpose()?.unwrap_or(1).max(1);
     let run = format!("{:x}", std::process::id());
     let next = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
@@ -89,27 +111,43 @@ async fn main() -> anyhow::Result<()> {
         let (client, base, worker, run) = (client.clone(), base.clone(), worker.clone(), run.clone());
         let (next, refused, merchant_ids) = (next.clone(), refused.clone(), merchant_ids.clone());
         tasks.spawn(async move {
+            let event = |n: u64| {
+                let merchant = &merchant_ids[n as usize % merchant_ids.len()];
+                json!({"merchant_id": merchant, "event_type": "order.created",
+                    "payload": {"order": n}, "idempotency_key": format!("load-{run}-{n}")})
+            };
             loop {
-                let n = next.fetch_add(1, Ordering::Relaxed);
-                if n >= events {
+                let first = next.fetch_add(batch, Ordering::Relaxed);
+                if first >= events || stop_at.is_some_and(|at| Instant::now() >= at) {
                     return;
                 }
-                let merchant = &merchant_ids[n as usize % merchant_ids.len()];
-                let event = json!({"merchant_id": merchant, "event_type": "order.created",
-                    "payload": {"order": n}, "idempotency_key": format!("load-{run}-{n}")});
-                let ok = match client.post(format!("{base}/api/v1/events")).bearer_auth(&worker).json(&event).send().await {
-                    Ok(r) => r.status() == StatusCode::CREATED,
-                    Err(_) => false,
+                let last = (first + batch).min(events);
+                let stored = if batch == 1 {
+                    match client.post(format!("{base}/api/v1/events")).bearer_auth(&worker).json(&event(first)).send().await {
+                        Ok(r) if r.status() == StatusCode::CREATED => 1,
+                        _ => 0,
+                    }
+                } else {
+                    let body: Vec<Value> = (first..last).map(event).collect();
+                    match client.post(format!("{base}/api/v1/events/batch")).bearer_auth(&worker).json(&body).send().await {
+                        Ok(r) if r.status() == StatusCode::OK => match r.json::<Value>().await {
+                            Ok(out) => out["results"].as_array().map_or(0, |rs| rs.iter().filter(|r| r["status"] == 201).count() as u64),
+                            Err(_) => 0,
+                        },
+                        _ => 0,
+                    }
                 };
-                if !ok {
-                    refused.fetch_add(1, Ordering::Relaxed);
+                refused.fetch_add(last - first - stored, Ordering::Relaxed);
+                if stored < last - first && stop_at.is_some() {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
         });
     }
     while tasks.join_next().await.is_some() {}
     let intake_s = started.elapsed().as_secs_f64();
-    let accepted = events - refused.load(Ordering::Relaxed);
+    let posted = next.load(Ordering::Relaxed).min(events);
+    let accepted = posted - refused.load(Ordering::Relaxed);
 
     let deadline = Instant::now() + Duration::from_secs(600);
     let unique = || received.ids.lock().unwrap_or_else(|p| p.into_inner()).len() as u64;
@@ -123,13 +161,35 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "{}",
         json!({
-            "merchants": merchants, "events": events, "producers": producers, "receiver_delay_ms": delay.as_millis() as u64,
-            "accepted": accepted, "refused": events - accepted, "delivered_unique": delivered, "duplicates": total - delivered,
+            "merchants": merchants, "events": events, "producers": producers, "batch": batch, "receiver_delay_ms": delay.as_millis() as u64,
+            "accepted": accepted, "refused": posted - accepted, "recovery": recovery(&received), "delivered_unique": delivered, "duplicates": total - delivered,
             "intake_per_s": (accepted as f64 / intake_s).round(), "deliveries_per_s": (delivered as f64 / deliver_s).round(),
             "intake_s": (intake_s * 10.0).round() / 10.0, "all_delivered_s": (deliver_s * 10.0).round() / 10.0,
         })
     );
-    anyhow::ensure!(accepted == events, "{} intake calls were refused", events - accepted);
+    anyhow::ensure!(seconds.is_some() || accepted == events, "{} intake calls were refused", events - accepted);
     anyhow::ensure!(delivered == accepted, "only {delivered} of {accepted} events arrived within ten minutes");
     Ok(())
+}
+
+/// Fault mode: the delivery rate before the fault and how long after the
+/// database answered again (`up` in the marks file) the rate was back.
+fn recovery(r: &Received) -> Value {
+    let Ok(path) = std::env::var("DELIVERY_LOAD_MARKS") else { return Value::Null };
+    let marks = std::fs::read_to_string(path).unwrap_or_default();
+    let mark = |name: &str| marks.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok());
+    let (Some(down), Some(up)) = (mark("down "), mark("up ")) else { return json!({"error": "no down/up marks"}) };
+    let mut arrivals = r.arrivals.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    arrivals.sort_unstable();
+    let in_window = |from: u64, to: u64| arrivals.partition_point(|&t| t < to) - arrivals.partition_point(|&t| t < from);
+    // The rate before: the five seconds before the database went down.
+    let before = in_window(down.saturating_sub(5_000), down) as f64 / 5.0;
+    // Back: the first one-second window, sliding by 100 ms from `up`, at 90 % of it.
+    let last = arrivals.last().copied().unwrap_or(up);
+    let back = (0..)
+        .map(|k| up + k * 100)
+        .take_while(|&t| t + 1_000 <= last)
+        .find(|&t| in_window(t, t + 1_000) as f64 >= 0.9 * before)
+        .map(|t| (t - up) as f64 / 1000.0);
+    json!({"rate_before_per_s": before.round(), "down_s": (up - down) as f64 / 1000.0, "back_to_full_rate_s": back})
 }

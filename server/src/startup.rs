@@ -18,7 +18,8 @@ use sluice_engine::db::{Backend, Db, PoolSettings};
 use sluice_engine::delivery::ssrf::SsrfPolicy;
 use sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig;
 use sluice_engine::delivery::ladder::LadderConfig;
-use sluice_engine::delivery::{DeliveryStore, Worker, WorkerConfig};
+use sluice_engine::delivery::intake::{DEFAULT_MAX_BATCH, DEFAULT_MAX_IN_FLIGHT};
+use sluice_engine::delivery::{DeliveryStore, Intake, Wake, Worker, WorkerConfig};
 use sluice_engine::quota::history::{HistoryConfig, QuotaHistory};
 use sluice_engine::quota::rules_repo::RELOAD_EVERY;
 use sluice_engine::retention::Retention;
@@ -135,6 +136,8 @@ impl Application {
         let rules = RulesRepo::new(db.clone());
         let (profiles_repo, retry_profiles) = load_retry_profiles(&db, &clock).await?;
         let deliveries = DeliveryStore::new(db.clone());
+        let wake = Wake::default();
+        let intake = Intake::start(deliveries.clone(), wake.clone(), DEFAULT_MAX_BATCH, DEFAULT_MAX_IN_FLIGHT);
         let upstream_breakers = build_upstream_breakers(&settings, &clock);
         let gate_config = PermitGateConfig {
             ignored_rules: settings.upstream_breaker_ignore_rules.iter().map(|id| RuleId(id.clone())).collect(),
@@ -174,6 +177,8 @@ impl Application {
             retry_profiles,
             profiles_repo,
             deliveries,
+            intake,
+            wake,
             db,
             clock,
             limiter,
@@ -228,9 +233,15 @@ impl Application {
         background.spawn(state.limiter.clone().run_forgetting(FORGET_IDLE_EVERY, stopped()));
         if state.settings.delivery_worker {
             let worker = Worker::new(state.deliveries.clone(), state.clock.clone(), worker_config(&state.settings))
-                .context("delivery worker settings")?;
+                .context("delivery worker settings")?
+                .with_wake(state.wake.clone());
             let until = stopped();
             background.spawn(async move { worker.run(until).await });
+            if state.db.backend() == Backend::Postgres {
+                // Other instances' intake wakes this worker through PostgreSQL.
+                let listen = sluice_engine::delivery::wake::listen(state.settings.database_url.clone(), state.wake.clone(), stopped());
+                background.spawn(listen);
+            }
         }
         let sessions = crate::sessions::store(&state);
         let until = stopped();

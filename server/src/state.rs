@@ -8,7 +8,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use sluice_app::ssr::AppContext;
 use sluice_engine::clock::SharedClock;
 use sluice_engine::db::Db;
-use sluice_engine::delivery::DeliveryStore;
+use sluice_engine::delivery::{DeliveryStore, Intake, Wake};
 use sluice_engine::quota::{Limiter, RulesRepo};
 use sluice_engine::retry::profiles_repo::ProfilesRepo;
 use sluice_engine::retry::RetryProfiles;
@@ -46,6 +46,10 @@ pub struct Shared {
     pub profiles_repo: ProfilesRepo,
     /// The webhook outbox.
     pub deliveries: DeliveryStore,
+    /// Event intake, concurrent calls committed together.
+    pub intake: Intake,
+    /// Wakes this instance's delivery worker when intake stored new work.
+    pub wake: Wake,
     pub health: Arc<Health>,
     pub leptos_options: LeptosOptions,
     pub prometheus: PrometheusHandle,

@@ -89,9 +89,11 @@ pub fn record_penalty(scope: &str) {
     metrics::counter!("sluice_api_penalties_total", "scope" => scope.to_owned()).increment(1);
 }
 
-/// A new event accepted through the API (duplicates not counted).
-pub fn record_event_accepted() {
-    metrics::counter!("sluice_api_events_accepted_total").increment(1);
+/// New events accepted through the API (duplicates not counted).
+pub fn record_events_accepted(n: u64) {
+    if n > 0 {
+        metrics::counter!("sluice_api_events_accepted_total").increment(n);
+    }
 }
 
 /// Gauges read from shared state just before a scrape: the outbox by status

@@ -200,6 +200,19 @@ def test_the_same_event_key_twice_stores_one_event(sluice: Sluice, admin: Sluice
     assert first.event_id == again.event_id and len(first.delivery_ids) == 1
 
 
+def test_a_batch_of_events_gets_one_result_per_event(sluice: Sluice, admin: Sluice) -> None:
+    status, _, merchant = admin._call("POST", "/api/v1/merchants", {"name": "Py Batch", "url": "https://merchant.example/hook"})
+    assert status == 201, merchant
+    merchant_id = merchant["merchant"]["id"]
+    key = f"batch-{uuid.uuid4().hex}"
+    event = {"merchant_id": merchant_id, "event_type": "order.created", "payload": {"n": 1}, "idempotency_key": key}
+    results = sluice.send_events([event, event, event | {"merchant_id": "mer_unknown", "idempotency_key": key + "-x"}])
+    assert [r.status for r in results] == [201, 200, 422]
+    assert results[0].event is not None and results[1].event is not None
+    assert results[1].event.event_id == results[0].event.event_id and results[1].event.duplicate
+    assert results[2].error is not None and results[2].error.code == "unknown_merchant"
+
+
 def test_the_retry_helper_backs_off_on_5xx_and_waits_out_a_429(sluice: Sluice, admin: Sluice, pauses: Recorder, upstream: Any) -> None:
     scope = rule(admin, tokens=100, interval_ms=1000)
     target = Target(scope=scope, path="/x", method="GET", account="r1")

@@ -82,6 +82,37 @@ export interface EventReceipt {
   duplicate: boolean;
 }
 
+/** One event's result in {@link Sluice.sendEvents}: `event` when stored (201) or already stored (200), `error` when refused (422). */
+export interface BatchResult {
+  status: number;
+  event: EventReceipt | null;
+  error: SluiceError | null;
+}
+
+/** An event as {@link Sluice.sendEvent} and {@link Sluice.sendEvents} take it. */
+export interface EventInput {
+  merchantId: string;
+  eventType: string;
+  payload: object;
+  idempotencyKey: string;
+  status?: string;
+}
+
+function eventBody(event: EventInput): object {
+  return {
+    merchant_id: event.merchantId,
+    event_type: event.eventType,
+    payload: event.payload,
+    idempotency_key: event.idempotencyKey,
+    ...(event.status === undefined ? {} : { status: event.status }),
+  };
+}
+
+function receipt(out: any): EventReceipt {
+  return { eventId: out.event_id, deliveryIds: out.delivery_ids, duplicate: out.duplicate };
+}
+
+
 /** Backoff shapes (docs/retry.md, "Retry profiles"). */
 export type Jitter = "additive" | "none" | "full" | "equal" | "decorrelated";
 
@@ -415,16 +446,24 @@ export class Sluice {
   }
 
   /** Hand an event to the webhook outbox; the same key twice stores one event. */
-  async sendEvent(event: { merchantId: string; eventType: string; payload: object; idempotencyKey: string; status?: string }): Promise<EventReceipt> {
-    const payload = {
-      merchant_id: event.merchantId,
-      event_type: event.eventType,
-      payload: event.payload,
-      idempotency_key: event.idempotencyKey,
-      ...(event.status === undefined ? {} : { status: event.status }),
-    };
-    const out = this.expect(await this.request("POST", "/api/v1/events", payload), 200, 201);
-    return { eventId: out.event_id, deliveryIds: out.delivery_ids, duplicate: out.duplicate };
+  async sendEvent(event: EventInput): Promise<EventReceipt> {
+    return receipt(this.expect(await this.request("POST", "/api/v1/events", eventBody(event)), 200, 201));
+  }
+
+  /**
+   * Hand up to 1000 events to the outbox in one call and one transaction.
+   * One result per event, in order; each is stored, already stored or
+   * refused on its own. Throws {@link SluiceError} when the call as a whole
+   * is refused (503 while the database is unreachable: nothing was stored,
+   * send the same batch again).
+   */
+  async sendEvents(events: EventInput[]): Promise<BatchResult[]> {
+    const out = this.expect(await this.request("POST", "/api/v1/events/batch", events.map(eventBody)), 200);
+    return out.results.map((r: any) => ({
+      status: r.status,
+      event: r.event ? receipt(r.event) : null,
+      error: r.error ? new SluiceError(r.status, r.error.code, r.error.message, r.error.fields ?? []) : null,
+    }));
   }
 
   /**

@@ -124,6 +124,23 @@ test("the same event key twice stores one event", { skip }, async () => {
   assert.equal(first.eventId, again.eventId);
 });
 
+test("a batch of events gets one result per event", { skip }, async () => {
+  const { sluice } = client();
+  const res = await fetch(`${URL}/api/v1/merchants`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${process.env.SLUICE_ADMIN_TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({ name: "TS Batch", url: "https://merchant.example/hook" }),
+  });
+  assert.equal(res.status, 201);
+  const merchantId = (await res.json()).merchant.id;
+  const event = { merchantId, eventType: "order.created", payload: { n: 1 }, idempotencyKey: `batch-${randomUUID()}` };
+  const results = await sluice.sendEvents([event, event, { ...event, merchantId: "mer_unknown", idempotencyKey: `${event.idempotencyKey}-x` }]);
+  assert.deepEqual(results.map((r) => r.status), [201, 200, 422]);
+  assert.equal(results[1].event?.eventId, results[0].event?.eventId);
+  assert.equal(results[1].event?.duplicate, true);
+  assert.equal(results[2].error?.code, "unknown_merchant");
+});
+
 test("the retry helper backs off on 5xx and waits out a 429", { skip }, async () => {
   const jitters = [0.25, 0.75];
   const pauses: number[] = [];

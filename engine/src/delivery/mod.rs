@@ -12,7 +12,7 @@
 //!   [`queries`] (reads for the UI and API), [`ops`] (support operations that
 //!   return before/after for the audit log), [`worker`] (claim, send, record).
 //!
-//! Life of a delivery: intake ([`store::DeliveryStore::accept_event`]) stores
+//! Life of a delivery: intake ([`store::DeliveryStore::accept_events`]) stores
 //! the event and one PENDING delivery in one transaction, idempotent by
 //! `(merchant_id, idempotency_key)`. A worker claims due rows (DELIVERING
 //! with a lease), asks the breaker, sends, writes the attempt and the
@@ -25,7 +25,9 @@
 //! tables allow one delivery per (event, merchant) should fan-out to several
 //! merchants ever be needed.
 
+pub mod batch;
 pub mod capture;
+pub mod intake;
 pub mod merchant_breaker;
 pub mod ladder;
 pub mod model;
@@ -36,8 +38,11 @@ mod row;
 pub mod signing;
 pub mod ssrf;
 pub mod store;
+pub mod wake;
 pub mod worker;
 
 pub use model::*;
+pub use intake::Intake;
 pub use store::{DeliveryStore, StoreError};
+pub use wake::Wake;
 pub use worker::{StepReport, Worker, WorkerConfig, WorkerError};

@@ -14,8 +14,7 @@ use sqlx::{AnyConnection, Row};
 use super::merchant_breaker::{MerchantBreaker, Window};
 use super::ladder::Decision;
 use super::model::*;
-use super::money::{event_status, is_money_event};
-use super::row::{self, ATTEMPT_COLS, BREAKER_COLS, DELIVERY_COLS, MERCHANT_COLS};
+use super::row::{self, BREAKER_COLS, DELIVERY_COLS, MERCHANT_COLS};
 use crate::clock::Timestamp;
 use crate::db::{Backend, Db};
 
@@ -31,6 +30,9 @@ pub enum StoreError {
     Payload(#[from] serde_json::Error),
     #[error(transparent)]
     Invalid(#[from] ModelError),
+    /// A batch this call was stored with failed as a whole (shared by every call in it).
+    #[error(transparent)]
+    Batch(std::sync::Arc<StoreError>),
 }
 
 /// A claimed delivery with everything needed to send it.
@@ -95,72 +97,6 @@ impl DeliveryStore {
         Ok(row::merchant(&row)?)
     }
 
-    /// Accept an event: store it and its delivery in one transaction, or,
-    /// when `(merchant_id, idempotency_key)` was seen before, return what
-    /// the first call stored.
-    pub async fn accept_event(&self, e: &EventIn, now: Timestamp) -> Result<Accepted, StoreError> {
-        e.validate()?;
-        let status = event_status(e.status.as_deref(), &e.payload).map(str::to_owned);
-        let money = is_money_event(&e.event_type, status.as_deref());
-        let payload = serde_json::to_string(&e.payload)?;
-        let event_id = EventId::generate();
-        let delivery_id = DeliveryId::generate();
-        // Write first, read after: on SQLite a transaction that reads and
-        // then writes can fail outright (SQLITE_BUSY on upgrade) when another
-        // connection wrote in between; the foreign key checks the merchant.
-        let mut tx = self.db.pool().begin().await?;
-        let inserted = sqlx::query(
-            "INSERT INTO events (id, merchant_id, event_type, status, is_money, payload, idempotency_key, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING id",
-        )
-        .bind(event_id.as_str())
-        .bind(e.merchant_id.as_str())
-        .bind(&e.event_type)
-        .bind(status.as_deref())
-        .bind(money)
-        .bind(&payload)
-        .bind(&e.idempotency_key)
-        .bind(now.as_millis())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|err| match &err {
-            sqlx::Error::Database(db) if db.is_foreign_key_violation() => StoreError::UnknownMerchant(e.merchant_id.clone()),
-            _ => StoreError::Db(err),
-        })?;
-        if inserted.is_none() {
-            let row = sqlx::query("SELECT id FROM events WHERE merchant_id = $1 AND idempotency_key = $2")
-                .bind(e.merchant_id.as_str())
-                .bind(&e.idempotency_key)
-                .fetch_one(&mut *tx)
-                .await?;
-            let event_id = EventId::from_db(row.try_get("id")?);
-            let ids = sqlx::query("SELECT id FROM deliveries WHERE event_id = $1 ORDER BY id")
-                .bind(event_id.as_str())
-                .fetch_all(&mut *tx)
-                .await?
-                .iter()
-                .map(|r| r.try_get::<String, _>("id").map(DeliveryId::from_db))
-                .collect::<Result<Vec<_>, _>>()?;
-            tx.commit().await?;
-            return Ok(Accepted { event_id, delivery_ids: ids, duplicate: true });
-        }
-        sqlx::query(
-            "INSERT INTO deliveries (id, event_id, merchant_id, event_type, is_money, status, ladder, fast_attempts, \
-             slow_steps, cycle_started_at, next_attempt_at, deferred, deferrals, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, 'PENDING', 'fast', 0, 0, $6, $6, FALSE, 0, $6, $6)",
-        )
-        .bind(delivery_id.as_str())
-        .bind(event_id.as_str())
-        .bind(e.merchant_id.as_str())
-        .bind(&e.event_type)
-        .bind(money)
-        .bind(now.as_millis())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(Accepted { event_id, delivery_ids: vec![delivery_id], duplicate: false })
-    }
-
     /// Claim up to `limit` due deliveries for `owner` until `now + lease`:
     /// first DELIVERING ones whose lease ran out (their worker died
     /// mid-send) or that `owner` itself holds (its last step failed half
@@ -193,22 +129,6 @@ impl DeliveryStore {
             }
         }
         Ok(out)
-    }
-
-    /// A claimed delivery with its merchant, payload and the merchant's
-    /// breaker as it is now: one round trip.
-    pub async fn job(&self, id: &DeliveryId) -> Result<(Job, MerchantBreaker), StoreError> {
-        let sql = format!(
-            "SELECT {}, {}, {}, e.payload AS payload FROM deliveries d \
-             JOIN merchants m ON m.id = d.merchant_id JOIN events e ON e.id = d.event_id \
-             JOIN merchant_breakers b ON b.merchant_id = d.merchant_id WHERE d.id = $1",
-            row::aliased(DELIVERY_COLS, "d", ""),
-            row::aliased(MERCHANT_COLS, "m", "m_"),
-            row::aliased(BREAKER_COLS, "b", "b_"),
-        );
-        let r = sqlx::query(&sql).bind(id.as_str()).fetch_optional(self.db.pool()).await?.ok_or_else(|| StoreError::UnknownDelivery(id.clone()))?;
-        let job = Job { delivery: row::delivery(&r)?, merchant: row::merchant_prefixed(&r, "m_")?, payload: r.try_get("payload")? };
-        Ok((job, row::breaker_prefixed(&r, "b_")?))
     }
 
     pub async fn delivery(&self, id: &DeliveryId) -> Result<Delivery, StoreError> {
@@ -295,47 +215,6 @@ impl DeliveryStore {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Record an attempt and write the ladder decision, in one transaction.
-    /// The attempt is always kept (it happened); the delivery is updated only
-    /// if `owner` still holds its lease. Returns whether it did.
-    pub async fn finish_attempt(&self, rec: &AttemptRecord, owner: &str, now: Timestamp) -> Result<bool, StoreError> {
-        let a = &rec.attempt;
-        let mut tx = self.db.pool().begin().await?;
-        bind_attempt(sqlx::query(&format!("INSERT INTO attempts ({ATTEMPT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)")), a)?
-            .execute(&mut *tx)
-            .await?;
-        let (status, ladder, state, next_at, failed, finished) = match rec.decision {
-            Decision::Delivered => (DeliveryStatus::Delivered, None, None, None, None, Some(now)),
-            Decision::Retry { at, ladder, state } => (DeliveryStatus::Pending, Some(ladder), Some(state), Some(at), None, None),
-            Decision::Failed { reason, state } => (DeliveryStatus::Failed, None, Some(state), None, Some(reason), Some(now)),
-        };
-        let done = sqlx::query(
-            "UPDATE deliveries SET status = $3, ladder = COALESCE($4, ladder), \
-             fast_attempts = COALESCE($5, fast_attempts), slow_steps = COALESCE($6, slow_steps), \
-             slow_started_at = COALESCE($7, slow_started_at), next_attempt_at = COALESCE($8, next_attempt_at), \
-             failed_reason = $9, finished_at = $10, last_status_code = $11, last_error = $12, \
-             lease_owner = NULL, lease_until = NULL, deferred = FALSE, updated_at = $13 \
-             WHERE id = $1 AND status = 'DELIVERING' AND lease_owner = $2",
-        )
-        .bind(a.delivery_id.as_str())
-        .bind(owner)
-        .bind(status.as_str())
-        .bind(ladder.map(Ladder::as_str))
-        .bind(state.map(|s| i64::from(s.fast_attempts)))
-        .bind(state.map(|s| i64::from(s.slow_steps)))
-        .bind(state.and_then(|s| s.slow_started_at).map(Timestamp::as_millis))
-        .bind(next_at.map(Timestamp::as_millis))
-        .bind(failed.map(FailedReason::as_str))
-        .bind(finished.map(Timestamp::as_millis))
-        .bind(a.status_code.map(i64::from))
-        .bind(a.error.as_deref())
-        .bind(now.as_millis())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(done.rows_affected() == 1)
-    }
-
     pub async fn breaker(&self, merchant: &MerchantId) -> Result<MerchantBreaker, StoreError> {
         let row = sqlx::query(&format!("SELECT {BREAKER_COLS} FROM merchant_breakers WHERE merchant_id = $1"))
             .bind(merchant.as_str())
@@ -396,7 +275,7 @@ impl DeliveryStore {
     }
 }
 
-type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+pub(crate) type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
 
 /// Bind a merchant row's columns in `MERCHANT_COLS` order.
 fn bind_merchant<'q>(q: AnyQuery<'q>, m: &'q Merchant) -> AnyQuery<'q> {
@@ -412,7 +291,7 @@ fn bind_merchant<'q>(q: AnyQuery<'q>, m: &'q Merchant) -> AnyQuery<'q> {
 }
 
 /// Bind an attempt row's columns in `ATTEMPT_COLS` order.
-fn bind_attempt<'q>(q: AnyQuery<'q>, a: &'q Attempt) -> Result<AnyQuery<'q>, serde_json::Error> {
+pub(crate) fn bind_attempt<'q>(q: AnyQuery<'q>, a: &'q Attempt) -> Result<AnyQuery<'q>, serde_json::Error> {
     let json = |h: &Option<Headers>| h.as_ref().map(serde_json::to_string).transpose();
     Ok(q.bind(a.id.as_str())
         .bind(a.delivery_id.as_str())

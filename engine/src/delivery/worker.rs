@@ -21,6 +21,7 @@ use super::model::*;
 use super::{capture, signing};
 use super::ssrf::{GuardedResolver, SsrfPolicy};
 use super::store::{AttemptRecord, DeliveryStore, Job, StoreError};
+use super::wake::Wake;
 use crate::clock::{SharedClock, Timestamp};
 
 /// Worker settings. Defaults are the product's policy.
@@ -116,6 +117,17 @@ pub const HOLD_RECHECK: Duration = Duration::from_secs(30);
 pub const RESULTS_METRIC: &str = "sluice_delivery_results_total";
 
 impl StepReport {
+    fn count(&mut self, r: JobResult) {
+        match r {
+            JobResult::Delivered => self.delivered += 1,
+            JobResult::Retrying => self.retrying += 1,
+            JobResult::Failed => self.failed += 1,
+            JobResult::Deferred => self.deferred += 1,
+            JobResult::Held => self.held += 1,
+            JobResult::Lost => self.lost += 1,
+        }
+    }
+
     fn record_metrics(&self) {
         let results = [
             ("delivered", self.delivered),
@@ -131,6 +143,13 @@ impl StepReport {
             }
         }
     }
+}
+
+/// One claimed delivery after [`Worker::process`]: settled without a send
+/// (deferred, failed at a ceiling, lost), or sent and waiting to be written back.
+enum Processed {
+    Done(JobResult),
+    Sent(AttemptRecord),
 }
 
 enum JobResult {
@@ -149,6 +168,7 @@ pub struct Worker {
     clock: SharedClock,
     client: reqwest::Client,
     config: Arc<WorkerConfig>,
+    wake: Option<Wake>,
 }
 
 impl Worker {
@@ -162,32 +182,88 @@ impl Worker {
             .dns_resolver(Arc::new(GuardedResolver::new(Arc::new(config.ssrf.clone()))))
             .build()
             .map_err(WorkerError::Client)?;
-        Ok(Worker { store, clock, client, config: Arc::new(config) })
+        Ok(Worker { store, clock, client, config: Arc::new(config), wake: None })
     }
 
     pub fn config(&self) -> &WorkerConfig {
         &self.config
     }
 
-    /// One step at the clock's current time: claim a batch and process it.
+    /// Wake this worker's idle pause early when `wake` is notified (new
+    /// work stored, by this instance or, through PostgreSQL, another).
+    pub fn with_wake(mut self, wake: Wake) -> Worker {
+        self.wake = Some(wake);
+        self
+    }
+
+    /// One step at the clock's current time: claim a batch, read it in one
+    /// round trip, send with up to `concurrency` requests in flight, and
+    /// write back whatever answers are in together (one transaction per
+    /// group of finished sends, never waiting for a slow merchant to write
+    /// back the fast ones).
     pub async fn run_once(&self) -> Result<StepReport, WorkerError> {
         let now = self.clock.now();
-        let ids = self.store.claim(&self.config.instance_id, now, self.config.lease, self.config.batch_size).await?;
+        let owner = self.config.instance_id.as_str();
+        let ids = self.store.claim(owner, now, self.config.lease, self.config.batch_size).await?;
         let mut report = StepReport { claimed: ids.len(), ..StepReport::default() };
-        let results: Vec<Result<JobResult, WorkerError>> =
-            stream::iter(ids).map(|id| self.process(id)).buffer_unordered(self.config.concurrency.max(1)).collect().await;
-        for r in results {
-            match r? {
-                JobResult::Delivered => report.delivered += 1,
-                JobResult::Retrying => report.retrying += 1,
-                JobResult::Failed => report.failed += 1,
-                JobResult::Deferred => report.deferred += 1,
-                JobResult::Held => report.held += 1,
-                JobResult::Lost => report.lost += 1,
+        let jobs = self.store.jobs(&ids).await?;
+        let mut finished =
+            stream::iter(jobs).map(|(job, breaker)| self.process(job, breaker)).buffer_unordered(self.config.concurrency.max(1)).ready_chunks(ids.len().max(1));
+        let mut first_error = None;
+        while let Some(chunk) = finished.next().await {
+            let mut sent = Vec::new();
+            for r in chunk {
+                match r {
+                    Ok(Processed::Done(result)) => report.count(result),
+                    Ok(Processed::Sent(rec)) => sent.push(rec),
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            // Answers already in are written back even when a sibling
+            // failed: the attempts happened.
+            if let Err(e) = self.write_back(&sent, &mut report).await {
+                first_error.get_or_insert(e);
             }
         }
         report.record_metrics();
-        Ok(report)
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+
+    /// Record finished sends (attempt rows and ladder steps in one
+    /// transaction), then the breaker accounting they call for.
+    async fn write_back(&self, sent: &[AttemptRecord], report: &mut StepReport) -> Result<(), WorkerError> {
+        if sent.is_empty() {
+            return Ok(());
+        }
+        let done = self.clock.now();
+        let ours = self.store.finish_attempts(sent, &self.config.instance_id, done).await?;
+        for (rec, ours) in sent.iter().zip(&ours) {
+            let a = &rec.attempt;
+            if let ladder::Decision::Failed { reason, .. } = rec.decision {
+                tracing::warn!(delivery = %a.delivery_id, merchant = %a.merchant_id, %reason, outcome = ?a.outcome, "delivery FAILED");
+            }
+            report.count(match (ours, rec.decision) {
+                (false, _) => JobResult::Lost,
+                (true, ladder::Decision::Delivered) => JobResult::Delivered,
+                (true, ladder::Decision::Retry { .. }) => JobResult::Retrying,
+                (true, ladder::Decision::Failed { .. }) => JobResult::Failed,
+            });
+        }
+        // Only a probe's result or a failure can move the breaker. A probe
+        // is accounted on its own; failures once per merchant, since the
+        // window read counts every attempt just written.
+        let mut failing = std::collections::HashSet::new();
+        for a in sent.iter().map(|r| &r.attempt) {
+            if a.probe || (a.outcome.is_breaker_failure() && failing.insert(a.merchant_id.clone())) {
+                self.record_breaker(&a.merchant_id, &a.delivery_id, a.outcome, done).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Step until `shutdown` resolves. The batch in hand is finished first;
@@ -210,10 +286,17 @@ impl Worker {
                     self.config.idle_poll
                 }
             };
+            let woken = async {
+                match &self.wake {
+                    Some(w) => w.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
                 _ = self.clock.sleep(pause) => {}
+                _ = woken => {}
             }
         }
     }
@@ -221,38 +304,38 @@ impl Worker {
     /// One claimed delivery. Time is read at the edges: when it is picked up
     /// (ceilings, breaker, signature timestamp, attempt time) and when the
     /// answer is in (the next attempt counts its pause from there).
-    async fn process(&self, id: DeliveryId) -> Result<JobResult, WorkerError> {
+    async fn process(&self, job: Job, breaker: merchant_breaker::MerchantBreaker) -> Result<Processed, WorkerError> {
         let owner = self.config.instance_id.as_str();
         let now = self.clock.now();
-        let (job, breaker) = self.store.job(&id).await?;
         let d = &job.delivery;
+        let id = &d.id;
         if self.config.ssrf.holds(&job.merchant.url) {
             // Neither sent nor failed, whatever its ceilings say: it waits for
             // an https URL and is looked at again after `HOLD_RECHECK`.
-            let ours = self.store.hold(&id, owner, now + HOLD_RECHECK, now).await?;
-            return Ok(if ours { JobResult::Held } else { JobResult::Lost });
+            let ours = self.store.hold(id, owner, now + HOLD_RECHECK, now).await?;
+            return Ok(Processed::Done(if ours { JobResult::Held } else { JobResult::Lost }));
         }
         let state = ladder_state(d);
         if let Some(reason) = ladder::ceiling_reached(&state, now, &self.config.ladder) {
-            let ours = self.store.fail_unsent(&id, owner, reason, now).await?;
-            return Ok(if ours { JobResult::Failed } else { JobResult::Lost });
+            let ours = self.store.fail_unsent(id, owner, reason, now).await?;
+            return Ok(Processed::Done(if ours { JobResult::Failed } else { JobResult::Lost }));
         }
         let probe = match self.admit(&job, breaker, now).await? {
             Admitted::Send { probe } => probe,
             Admitted::Defer { until } => {
                 // Deferral spends nothing, but never carries a delivery past a ceiling.
                 let (ours, result) = match ladder::ceiling_reached(&state, until, &self.config.ladder) {
-                    Some(reason) => (self.store.fail_unsent(&id, owner, reason, now).await?, JobResult::Failed),
-                    None => (self.store.defer(&id, owner, until, now).await?, JobResult::Deferred),
+                    Some(reason) => (self.store.fail_unsent(id, owner, reason, now).await?, JobResult::Failed),
+                    None => (self.store.defer(id, owner, until, now).await?, JobResult::Deferred),
                 };
-                return Ok(if ours { result } else { JobResult::Lost });
+                return Ok(Processed::Done(if ours { result } else { JobResult::Lost }));
             }
         };
         let Sent { outcome, status_code, error, response_body, response_truncated, request_headers, response_headers, latency_ms } =
             self.send(&job, now).await;
         let done = self.clock.now();
         let decision = ladder::decide(&state, outcome, done, &self.config.ladder);
-        let rec = AttemptRecord {
+        Ok(Processed::Sent(AttemptRecord {
             attempt: Attempt {
                 id: AttemptId::generate(),
                 delivery_id: id.clone(),
@@ -270,21 +353,7 @@ impl Worker {
                 probe,
             },
             decision,
-        };
-        let ours = self.store.finish_attempt(&rec, owner, done).await?;
-        if let ladder::Decision::Failed { reason, .. } = decision {
-            tracing::warn!(delivery = %id, merchant = %d.merchant_id, %reason, ?outcome, "delivery FAILED");
-        }
-        // Only a probe's result or a failure can move the breaker.
-        if probe || outcome.is_breaker_failure() {
-            self.record_breaker(&d.merchant_id, &id, outcome, done).await?;
-        }
-        Ok(match (ours, decision) {
-            (false, _) => JobResult::Lost,
-            (true, ladder::Decision::Delivered) => JobResult::Delivered,
-            (true, ladder::Decision::Retry { .. }) => JobResult::Retrying,
-            (true, ladder::Decision::Failed { .. }) => JobResult::Failed,
-        })
+        }))
     }
 
     /// Whether the merchant's breaker lets this delivery go now. `b` is the

@@ -2,6 +2,7 @@
 //! contract suite, one test per backend) and real local HTTP receivers.
 //! Time is a `ManualClock` driven with `Worker::run_once`; nothing sleeps.
 
+mod batching;
 mod crash;
 mod https;
 mod ladders;

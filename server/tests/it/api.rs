@@ -314,6 +314,90 @@ async fn the_same_event_key_twice_stores_one_event_distributed() {
     the_same_event_key_twice_stores_one_event(Mode::Distributed).await;
 }
 
+async fn a_batch_answers_each_event_on_its_own_like_single_calls(mode: Mode) {
+    let api = spawn_api(mode).await;
+    let merchant_id = merchant(&api).await;
+    let event = |key: &str| json!({"merchant_id": merchant_id, "event_type": "order.created", "payload": {"key": key}, "idempotency_key": key});
+    // Stored before by a single call: the batch finds it.
+    let (status, _, earlier) = api.post("/api/v1/events", event("k0")).await;
+    assert_eq!(status, StatusCode::CREATED, "{earlier}");
+    let batch = json!([
+        event("k1"),
+        event("k1"),
+        event("k0"),
+        {"merchant_id": "mer_01hzzzzzzzzzzzzzzzzzzzzzzz", "event_type": "x", "payload": {}, "idempotency_key": "k2"},
+        {"merchant_id": merchant_id, "event_type": "x", "payload": [1], "idempotency_key": "k3"},
+        event("k4"),
+    ]);
+    let (status, _, body) = api.post("/api/v1/events/batch", batch).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let results = body["results"].as_array().expect("results");
+    let statuses: Vec<u64> = results.iter().map(|r| r["status"].as_u64().expect("status")).collect();
+    assert_eq!(statuses, [201, 200, 200, 422, 422, 201], "{body}");
+    assert_eq!(results[1]["event"]["event_id"], results[0]["event"]["event_id"], "the same key twice in one batch stores one event");
+    assert_eq!(results[1]["event"]["delivery_ids"], results[0]["event"]["delivery_ids"]);
+    assert_eq!(results[1]["event"]["duplicate"], true);
+    assert_eq!(results[2]["event"]["event_id"], earlier["event_id"]);
+    assert_eq!(results[3]["error"]["code"], "unknown_merchant");
+    assert_eq!(results[3]["error"]["fields"][0]["field"], "merchant_id");
+    assert_eq!(results[4]["error"]["code"], "invalid_input");
+    assert_ne!(results[5]["event"]["event_id"], results[0]["event"]["event_id"]);
+    // Exactly three events stored: k0, k1, k4.
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events").fetch_one(api.app.db.pool()).await.expect("count");
+    assert_eq!(stored, 3);
+
+    for bad in [json!([]), json!((0..1001).map(|i| event(&format!("m{i}"))).collect::<Vec<_>>())] {
+        let (status, _, body) = api.post("/api/v1/events/batch", bad).await;
+        assert_error(status, &body, StatusCode::UNPROCESSABLE_ENTITY, "invalid_batch");
+    }
+}
+
+#[tokio::test]
+async fn a_batch_answers_each_event_on_its_own_like_single_calls_embedded() {
+    a_batch_answers_each_event_on_its_own_like_single_calls(Mode::Embedded).await;
+}
+
+#[tokio::test]
+async fn a_batch_answers_each_event_on_its_own_like_single_calls_distributed() {
+    a_batch_answers_each_event_on_its_own_like_single_calls(Mode::Distributed).await;
+}
+
+async fn concurrent_single_calls_committed_together_each_get_their_own_answer(mode: Mode) {
+    let api = spawn_api(mode).await;
+    let merchant_id = merchant(&api).await;
+    // 40 calls at once, keys 0..20 each twice: the group commit must store
+    // 20 events and answer each pair with the same ids, once 201 and once 200.
+    let calls = (0..40).map(|i| {
+        let event = json!({"merchant_id": merchant_id, "event_type": "order.created", "payload": {"i": i % 20}, "idempotency_key": format!("g{}", i % 20)});
+        let api = &api;
+        async move { (i % 20, api.post("/api/v1/events", event).await) }
+    });
+    let answers = futures::future::join_all(calls).await;
+    let mut by_key: std::collections::HashMap<i32, Vec<(StatusCode, Value)>> = std::collections::HashMap::new();
+    for (key, (status, _, body)) in answers {
+        by_key.entry(key).or_default().push((status, body));
+    }
+    for (key, pair) in &by_key {
+        let mut codes: Vec<u16> = pair.iter().map(|(s, _)| s.as_u16()).collect();
+        codes.sort();
+        assert_eq!(codes, [200, 201], "key g{key}: {pair:?}");
+        assert_eq!(pair[0].1["event_id"], pair[1].1["event_id"], "key g{key}");
+        assert_eq!(pair[0].1["delivery_ids"], pair[1].1["delivery_ids"], "key g{key}");
+    }
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM deliveries").fetch_one(api.app.db.pool()).await.expect("count");
+    assert_eq!(stored, 20);
+}
+
+#[tokio::test]
+async fn concurrent_single_calls_committed_together_each_get_their_own_answer_embedded() {
+    concurrent_single_calls_committed_together_each_get_their_own_answer(Mode::Embedded).await;
+}
+
+#[tokio::test]
+async fn concurrent_single_calls_committed_together_each_get_their_own_answer_distributed() {
+    concurrent_single_calls_committed_together_each_get_their_own_answer(Mode::Distributed).await;
+}
+
 #[tokio::test]
 async fn bad_events_and_unknown_deliveries_are_4xx() {
     let api = spawn_api(Mode::Embedded).await;
@@ -460,6 +544,7 @@ async fn every_documented_route_answers_and_unknown_api_routes_are_json_404s() {
         "POST /api/v1/penalties",
         "DELETE /api/v1/leases/{id}",
         "POST /api/v1/events",
+        "POST /api/v1/events/batch",
         "GET /api/v1/deliveries/{id}",
         "GET /api/v1/breakers",
         "GET /api/v1/limits",

@@ -8,11 +8,12 @@ webhook events, for workers written in Python.
     response = call(sluice, target, lambda attempt: requests.put(UPSTREAM + target.path, json=body))
 """
 
-from .client import Admission, Event, FieldError, Penalty, Permit, Refused, Sluice, SluiceError, Target
+from .client import Admission, BatchResult, Event, FieldError, Penalty, Permit, Refused, Sluice, SluiceError, Target
 from .retry import GaveUp, RetryPolicy, call
 
 __all__ = [
     "Admission",
+    "BatchResult",
     "Event",
     "FieldError",
     "GaveUp",

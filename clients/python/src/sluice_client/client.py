@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 __all__ = [
     "Admission",
@@ -126,6 +126,17 @@ class Event:
     duplicate: bool
 
 
+@dataclass(frozen=True)
+class BatchResult:
+    """One event's result in :meth:`Sluice.send_events`: ``event`` when it
+    was stored (``status`` 201) or already stored (200), ``error`` when it
+    was refused (422)."""
+
+    status: int
+    event: Optional[Event]
+    error: Optional[SluiceError]
+
+
 def _header(headers: Mapping[str, str], name: str) -> Optional[str]:
     """A header by case-insensitive name from any mapping (dict, http.client, requests, httpx)."""
     getter = getattr(headers, "get", None)
@@ -155,7 +166,7 @@ class Sluice:
     profile_ttl: float = 5.0
     _profiles: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict, repr=False)
 
-    def _call(self, method: str, path: str, body: Optional[dict[str, Any]] = None) -> tuple[int, Mapping[str, str], Any]:
+    def _call(self, method: str, path: str, body: Optional[dict[str, Any] | list[Any]] = None) -> tuple[int, Mapping[str, str], Any]:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base_url.rstrip("/") + path, data=data, method=method)
         request.add_header("Authorization", f"Bearer {self.token}")
@@ -285,6 +296,31 @@ class Sluice:
         code, _, out = self._call("POST", "/api/v1/events", body)
         out = self._expect(code, out, 200, 201)
         return Event(out["event_id"], tuple(out["delivery_ids"]), out["duplicate"])
+
+    def send_events(self, events: Sequence[Mapping[str, Any]]) -> list[BatchResult]:
+        """Hand up to 1000 events (each a dict with ``merchant_id``,
+        ``event_type``, ``payload``, ``idempotency_key`` and optionally
+        ``status``) to the outbox in one call and one transaction. Returns
+        one result per event, in order; each is stored, already stored or
+        refused on its own. Raises :class:`SluiceError` when the call as a
+        whole is refused (503 while the database is unreachable: nothing
+        was stored, send the same batch again)."""
+        code, _, out = self._call("POST", "/api/v1/events/batch", [dict(e) for e in events])
+        out = self._expect(code, out, 200)
+        results = []
+        for r in out["results"]:
+            event = r.get("event")
+            error = r.get("error")
+            results.append(
+                BatchResult(
+                    r["status"],
+                    Event(event["event_id"], tuple(event["delivery_ids"]), event["duplicate"]) if event else None,
+                    SluiceError(r["status"], error["code"], error["message"], tuple(FieldError(f["field"], f["message"]) for f in error.get("fields", ())))
+                    if error
+                    else None,
+                )
+            )
+        return results
 
 
 def _json(raw: bytes) -> Any:

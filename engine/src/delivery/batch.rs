@@ -1,0 +1,325 @@
+//! The outbox's hot paths in batches: intake of many events, the worker's
+//! read of what it claimed, and the write-back of many attempts, each in a
+//! fixed number of round trips whatever the batch size.
+//!
+//! One statement per table carries every row of the batch (multi-row
+//! `VALUES`, and `WITH v (…) AS (VALUES …) UPDATE … FROM v` for per-row
+//! updates), the same SQL on PostgreSQL and SQLite. A delivery still gets
+//! its own attempt row and its own ladder step; only the round trips are
+//! shared.
+
+use std::collections::HashMap;
+
+use sqlx::{AnyConnection, Row};
+
+use super::ladder::Decision;
+use super::merchant_breaker::MerchantBreaker;
+use super::model::*;
+use super::money::{event_status, is_money_event};
+use super::row::{self, ATTEMPT_COLS, BREAKER_COLS, DELIVERY_COLS, MERCHANT_COLS};
+use super::store::{AttemptRecord, DeliveryStore, Job, StoreError};
+use crate::clock::Timestamp;
+use crate::db::Backend;
+
+/// The PostgreSQL channel intake notifies when it stored new deliveries.
+pub const NEW_WORK_CHANNEL: &str = "sluice_new_deliveries";
+
+/// `($s, $s+1, …), (…)`: `rows` tuples of `cols` placeholders, numbered from `start`.
+pub(crate) fn value_rows(rows: usize, cols: usize, start: usize) -> String {
+    let mut out = String::with_capacity(rows * cols * 5);
+    for r in 0..rows {
+        if r > 0 {
+            out.push_str(", ");
+        }
+        out.push('(');
+        for c in 0..cols {
+            if c > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(&format!("${}", start + r * cols + c));
+        }
+        out.push(')');
+    }
+    out
+}
+
+/// `$s, $s+1, …`: a list of `n` placeholders for `IN (…)`.
+fn list(n: usize, start: usize) -> String {
+    (start..start + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+}
+
+/// One event of a batch, checked and ready to store.
+struct Prepared<'a> {
+    input: &'a EventIn,
+    event_id: EventId,
+    delivery_id: DeliveryId,
+    status: Option<String>,
+    money: bool,
+    payload: String,
+}
+
+impl DeliveryStore {
+    /// Accept an event: store it and its delivery in one transaction, or,
+    /// when `(merchant_id, idempotency_key)` was seen before, return what
+    /// the first call stored.
+    pub async fn accept_event(&self, e: &EventIn, now: Timestamp) -> Result<Accepted, StoreError> {
+        let mut answers = self.accept_events(std::slice::from_ref(e), now).await?;
+        answers.pop().unwrap_or(Err(StoreError::Db(sqlx::Error::RowNotFound)))
+    }
+
+    /// Accept many events in one transaction, one answer per event in input
+    /// order: stored, a duplicate of an earlier call (or of an earlier event
+    /// of this batch) with the first call's ids, or refused (invalid,
+    /// unknown merchant). The outer error is for the batch as a whole (the
+    /// database is unreachable): then nothing was stored.
+    pub async fn accept_events(&self, events: &[EventIn], now: Timestamp) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
+        let mut answers: Vec<Option<Result<Accepted, StoreError>>> = Vec::with_capacity(events.len());
+        let mut ready = Vec::with_capacity(events.len());
+        for (i, e) in events.iter().enumerate() {
+            match prepare(e) {
+                Ok(p) => {
+                    answers.push(None);
+                    ready.push((i, p));
+                }
+                Err(err) => answers.push(Some(Err(err))),
+            }
+        }
+        // Rows in key order: concurrent batches then take the unique index's
+        // locks in one order and cannot deadlock on shared keys. The sort is
+        // stable, so within a batch the first of two equal keys wins.
+        ready.sort_by(|(_, a), (_, b)| {
+            (a.input.merchant_id.as_str(), &a.input.idempotency_key).cmp(&(b.input.merchant_id.as_str(), &b.input.idempotency_key))
+        });
+        loop {
+            if ready.is_empty() {
+                break;
+            }
+            let mut conn = self.db().pool().begin().await?;
+            match insert_events(&mut conn, self.db().backend(), &ready, now).await {
+                Ok(found) => {
+                    conn.commit().await?;
+                    for ((i, _), answer) in ready.iter().zip(found) {
+                        answers[*i] = Some(Ok(answer));
+                    }
+                    break;
+                }
+                Err(StoreError::Db(sqlx::Error::Database(db))) if db.is_foreign_key_violation() => {
+                    drop(conn);
+                    // Some merchant does not exist: refuse its events, store the rest.
+                    let known = self.known_merchants(ready.iter().map(|(_, p)| &p.input.merchant_id)).await?;
+                    let before = ready.len();
+                    ready.retain(|(i, p)| {
+                        let ok = known.contains_key(p.input.merchant_id.as_str());
+                        if !ok {
+                            answers[*i] = Some(Err(StoreError::UnknownMerchant(p.input.merchant_id.clone())));
+                        }
+                        ok
+                    });
+                    if ready.len() == before {
+                        // Not ours to explain (a merchant deleted meanwhile?): say so.
+                        return Err(StoreError::Db(sqlx::Error::Database(db)));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // Every event was answered above: stored, refused, or the batch failed.
+        Ok(answers.into_iter().map(|a| a.unwrap_or(Err(StoreError::Db(sqlx::Error::RowNotFound)))).collect())
+    }
+
+    async fn known_merchants<'a>(&self, ids: impl Iterator<Item = &'a MerchantId>) -> Result<HashMap<String, ()>, StoreError> {
+        let ids: Vec<&str> = ids.map(MerchantId::as_str).collect();
+        let sql = format!("SELECT id FROM merchants WHERE id IN ({})", list(ids.len(), 1));
+        let mut q = sqlx::query(&sql);
+        for id in &ids {
+            q = q.bind(*id);
+        }
+        let rows = q.fetch_all(self.db().pool()).await?;
+        rows.iter().map(|r| Ok((r.try_get::<String, _>("id")?, ()))).collect()
+    }
+
+    /// Claimed deliveries with their merchants, payloads and the merchants'
+    /// breakers as they are now: one round trip for the batch. Ids that name
+    /// no delivery are left out.
+    pub async fn jobs(&self, ids: &[DeliveryId]) -> Result<Vec<(Job, MerchantBreaker)>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT {}, {}, {}, e.payload AS payload FROM deliveries d \
+             JOIN merchants m ON m.id = d.merchant_id JOIN events e ON e.id = d.event_id \
+             JOIN merchant_breakers b ON b.merchant_id = d.merchant_id WHERE d.id IN ({})",
+            row::aliased(DELIVERY_COLS, "d", ""),
+            row::aliased(MERCHANT_COLS, "m", "m_"),
+            row::aliased(BREAKER_COLS, "b", "b_"),
+            list(ids.len(), 1),
+        );
+        let mut q = sqlx::query(&sql);
+        for id in ids {
+            q = q.bind(id.as_str());
+        }
+        let rows = q.fetch_all(self.db().pool()).await?;
+        rows.iter()
+            .map(|r| {
+                let job = Job { delivery: row::delivery(r)?, merchant: row::merchant_prefixed(r, "m_")?, payload: r.try_get("payload")? };
+                Ok((job, row::breaker_prefixed(r, "b_")?))
+            })
+            .collect()
+    }
+
+    /// One claimed delivery: [`DeliveryStore::jobs`] of one.
+    pub async fn job(&self, id: &DeliveryId) -> Result<(Job, MerchantBreaker), StoreError> {
+        self.jobs(std::slice::from_ref(id)).await?.pop().ok_or_else(|| StoreError::UnknownDelivery(id.clone()))
+    }
+
+    /// Record an attempt and write the ladder decision: [`DeliveryStore::finish_attempts`] of one.
+    pub async fn finish_attempt(&self, rec: &AttemptRecord, owner: &str, now: Timestamp) -> Result<bool, StoreError> {
+        Ok(self.finish_attempts(std::slice::from_ref(rec), owner, now).await?.first().copied().unwrap_or(false))
+    }
+
+    /// Record attempts and write their ladder decisions, in one transaction
+    /// of two statements. Every attempt is kept (it happened); a delivery is
+    /// updated only if `owner` still holds its lease. Returns, per record,
+    /// whether it did.
+    pub async fn finish_attempts(&self, recs: &[AttemptRecord], owner: &str, now: Timestamp) -> Result<Vec<bool>, StoreError> {
+        if recs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.db().pool().begin().await?;
+        let cols = ATTEMPT_COLS.split(',').count();
+        let sql = format!("INSERT INTO attempts ({ATTEMPT_COLS}) VALUES {}", value_rows(recs.len(), cols, 1));
+        let mut q = sqlx::query(&sql);
+        for rec in recs {
+            q = super::store::bind_attempt(q, &rec.attempt)?;
+        }
+        q.execute(&mut *tx).await?;
+
+        const STEP_COLS: usize = 11;
+        let sql = format!(
+            "WITH v (delivery_id, status, ladder, fast_attempts, slow_steps, slow_started_at, next_attempt_at, failed_reason, \
+             finished_at, last_status_code, last_error) AS (VALUES {}) \
+             UPDATE deliveries SET status = v.status, ladder = COALESCE(v.ladder, deliveries.ladder), \
+             fast_attempts = COALESCE(v.fast_attempts, deliveries.fast_attempts), \
+             slow_steps = COALESCE(v.slow_steps, deliveries.slow_steps), \
+             slow_started_at = COALESCE(v.slow_started_at, deliveries.slow_started_at), \
+             next_attempt_at = COALESCE(v.next_attempt_at, deliveries.next_attempt_at), \
+             failed_reason = v.failed_reason, finished_at = v.finished_at, last_status_code = v.last_status_code, \
+             last_error = v.last_error, lease_owner = NULL, lease_until = NULL, deferred = FALSE, updated_at = $2 \
+             FROM v WHERE deliveries.id = v.delivery_id AND deliveries.status = 'DELIVERING' AND deliveries.lease_owner = $1 \
+             RETURNING id",
+            value_rows(recs.len(), STEP_COLS, 3)
+        );
+        let mut q = sqlx::query(&sql).bind(owner).bind(now.as_millis());
+        for rec in recs {
+            let a = &rec.attempt;
+            let (status, ladder, state, next_at, failed, finished) = match rec.decision {
+                Decision::Delivered => (DeliveryStatus::Delivered, None, None, None, None, Some(now)),
+                Decision::Retry { at, ladder, state } => (DeliveryStatus::Pending, Some(ladder), Some(state), Some(at), None, None),
+                Decision::Failed { reason, state } => (DeliveryStatus::Failed, None, Some(state), None, Some(reason), Some(now)),
+            };
+            q = q
+                .bind(a.delivery_id.as_str())
+                .bind(status.as_str())
+                .bind(ladder.map(Ladder::as_str))
+                .bind(state.map(|s| i64::from(s.fast_attempts)))
+                .bind(state.map(|s| i64::from(s.slow_steps)))
+                .bind(state.and_then(|s| s.slow_started_at).map(Timestamp::as_millis))
+                .bind(next_at.map(Timestamp::as_millis))
+                .bind(failed.map(FailedReason::as_str))
+                .bind(finished.map(Timestamp::as_millis))
+                .bind(a.status_code.map(i64::from))
+                .bind(a.error.as_deref());
+        }
+        let updated = q.fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        let ours: std::collections::HashSet<String> = updated.iter().map(|r| r.try_get::<String, _>("id")).collect::<Result<_, _>>()?;
+        Ok(recs.iter().map(|r| ours.contains(r.attempt.delivery_id.as_str())).collect())
+    }
+}
+
+fn prepare(e: &EventIn) -> Result<Prepared<'_>, StoreError> {
+    e.validate()?;
+    let status = event_status(e.status.as_deref(), &e.payload).map(str::to_owned);
+    let money = is_money_event(&e.event_type, status.as_deref());
+    Ok(Prepared { input: e, event_id: EventId::generate(), delivery_id: DeliveryId::generate(), status, money, payload: serde_json::to_string(&e.payload)? })
+}
+
+/// Write first, read after: on SQLite a transaction that reads and then
+/// writes can fail outright (SQLITE_BUSY on upgrade) when another
+/// connection wrote in between; the foreign key checks the merchant.
+async fn insert_events(conn: &mut AnyConnection, backend: Backend, ready: &[(usize, Prepared<'_>)], now: Timestamp) -> Result<Vec<Accepted>, StoreError> {
+    const EVENT_COLS: usize = 8;
+    let sql = format!(
+        "INSERT INTO events (id, merchant_id, event_type, status, is_money, payload, idempotency_key, created_at) \
+         VALUES {} ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING id",
+        value_rows(ready.len(), EVENT_COLS, 1)
+    );
+    let mut q = sqlx::query(&sql);
+    for (_, p) in ready {
+        q = q
+            .bind(p.event_id.as_str())
+            .bind(p.input.merchant_id.as_str())
+            .bind(&p.input.event_type)
+            .bind(p.status.as_deref())
+            .bind(p.money)
+            .bind(&p.payload)
+            .bind(&p.input.idempotency_key)
+            .bind(now.as_millis());
+    }
+    let inserted: std::collections::HashSet<String> =
+        q.fetch_all(&mut *conn).await?.iter().map(|r| r.try_get::<String, _>("id")).collect::<Result<_, _>>()?;
+    let fresh: Vec<&Prepared> = ready.iter().map(|(_, p)| p).filter(|p| inserted.contains(p.event_id.as_str())).collect();
+    if !fresh.is_empty() {
+        const DELIVERY_COLS_IN: usize = 5;
+        let sql = format!(
+            "WITH v (id, event_id, merchant_id, event_type, is_money) AS (VALUES {}) \
+             INSERT INTO deliveries (id, event_id, merchant_id, event_type, is_money, status, ladder, fast_attempts, \
+             slow_steps, cycle_started_at, next_attempt_at, deferred, deferrals, created_at, updated_at) \
+             SELECT v.id, v.event_id, v.merchant_id, v.event_type, v.is_money, 'PENDING', 'fast', 0, 0, $1, $1, FALSE, 0, $1, $1 FROM v",
+            value_rows(fresh.len(), DELIVERY_COLS_IN, 2)
+        );
+        let mut q = sqlx::query(&sql).bind(now.as_millis());
+        for p in &fresh {
+            q = q.bind(p.delivery_id.as_str()).bind(p.event_id.as_str()).bind(p.input.merchant_id.as_str()).bind(&p.input.event_type).bind(p.money);
+        }
+        q.execute(&mut *conn).await?;
+        if backend == Backend::Postgres {
+            // Delivered at commit: idle workers of every instance wake.
+            sqlx::query("SELECT pg_notify($1, '')").bind(NEW_WORK_CHANNEL).execute(&mut *conn).await?;
+        }
+    }
+    // Events already stored (by an earlier call, or earlier in this batch):
+    // the first call's ids.
+    let dups: Vec<&Prepared> = ready.iter().map(|(_, p)| p).filter(|p| !inserted.contains(p.event_id.as_str())).collect();
+    let mut existing: HashMap<(String, String), (String, Vec<DeliveryId>)> = HashMap::new();
+    if !dups.is_empty() {
+        let sql = format!(
+            "SELECT e.id AS event_id, e.merchant_id AS merchant_id, e.idempotency_key AS idempotency_key, d.id AS delivery_id \
+             FROM events e LEFT JOIN deliveries d ON d.event_id = e.id WHERE (e.merchant_id, e.idempotency_key) IN (VALUES {}) \
+             ORDER BY d.id",
+            value_rows(dups.len(), 2, 1)
+        );
+        let mut q = sqlx::query(&sql);
+        for p in &dups {
+            q = q.bind(p.input.merchant_id.as_str()).bind(&p.input.idempotency_key);
+        }
+        for r in q.fetch_all(&mut *conn).await? {
+            let key = (r.try_get::<String, _>("merchant_id")?, r.try_get::<String, _>("idempotency_key")?);
+            let entry = existing.entry(key).or_insert((r.try_get("event_id")?, Vec::new()));
+            if let Some(d) = r.try_get::<Option<String>, _>("delivery_id")? {
+                entry.1.push(DeliveryId::from_db(d));
+            }
+        }
+    }
+    ready
+        .iter()
+        .map(|(_, p)| {
+            if inserted.contains(p.event_id.as_str()) {
+                return Ok(Accepted { event_id: p.event_id.clone(), delivery_ids: vec![p.delivery_id.clone()], duplicate: false });
+            }
+            let key = (p.input.merchant_id.as_str().to_owned(), p.input.idempotency_key.clone());
+            let (event_id, delivery_ids) = existing.get(&key).cloned().ok_or(StoreError::Db(sqlx::Error::RowNotFound))?;
+            Ok(Accepted { event_id: EventId::from_db(event_id), delivery_ids, duplicate: true })
+        })
+        .collect()
+}

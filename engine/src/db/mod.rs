@@ -54,6 +54,30 @@ fn sqlx_unreachable(err: &sqlx::Error) -> bool {
     }
 }
 
+/// `$s, $s+1, …`: a list of `n` placeholders for `IN (…)`.
+pub(crate) fn placeholder_list(n: usize, start: usize) -> String {
+    (start..start + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+}
+
+/// `($s, $s+1, …), (…)`: `rows` tuples of `cols` placeholders, numbered from `start`.
+pub(crate) fn value_rows(rows: usize, cols: usize, start: usize) -> String {
+    let mut out = String::with_capacity(rows * cols * 5);
+    for r in 0..rows {
+        if r > 0 {
+            out.push_str(", ");
+        }
+        out.push('(');
+        for c in 0..cols {
+            if c > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(&format!("${}", start + r * cols + c));
+        }
+        out.push(')');
+    }
+    out
+}
+
 /// Which database engine a [`Db`] talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {

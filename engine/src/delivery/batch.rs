@@ -19,34 +19,10 @@ use super::money::{event_status, is_money_event};
 use super::row::{self, ATTEMPT_COLS, BREAKER_COLS, DELIVERY_COLS, MERCHANT_COLS};
 use super::store::{AttemptRecord, DeliveryStore, Job, StoreError};
 use crate::clock::Timestamp;
-use crate::db::Backend;
+use crate::db::{placeholder_list, value_rows, Backend};
 
 /// The PostgreSQL channel intake notifies when it stored new deliveries.
 pub const NEW_WORK_CHANNEL: &str = "sluice_new_deliveries";
-
-/// `($s, $s+1, …), (…)`: `rows` tuples of `cols` placeholders, numbered from `start`.
-pub(crate) fn value_rows(rows: usize, cols: usize, start: usize) -> String {
-    let mut out = String::with_capacity(rows * cols * 5);
-    for r in 0..rows {
-        if r > 0 {
-            out.push_str(", ");
-        }
-        out.push('(');
-        for c in 0..cols {
-            if c > 0 {
-                out.push_str(", ");
-            }
-            out.push_str(&format!("${}", start + r * cols + c));
-        }
-        out.push(')');
-    }
-    out
-}
-
-/// `$s, $s+1, …`: a list of `n` placeholders for `IN (…)`.
-fn list(n: usize, start: usize) -> String {
-    (start..start + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
-}
 
 /// One event of a batch, checked and ready to store.
 struct Prepared<'a> {
@@ -129,7 +105,7 @@ impl DeliveryStore {
 
     async fn known_merchants<'a>(&self, ids: impl Iterator<Item = &'a MerchantId>) -> Result<HashMap<String, ()>, StoreError> {
         let ids: Vec<&str> = ids.map(MerchantId::as_str).collect();
-        let sql = format!("SELECT id FROM merchants WHERE id IN ({})", list(ids.len(), 1));
+        let sql = format!("SELECT id FROM merchants WHERE id IN ({})", placeholder_list(ids.len(), 1));
         let mut q = sqlx::query(&sql);
         for id in &ids {
             q = q.bind(*id);
@@ -152,7 +128,7 @@ impl DeliveryStore {
             row::aliased(DELIVERY_COLS, "d", ""),
             row::aliased(MERCHANT_COLS, "m", "m_"),
             row::aliased(BREAKER_COLS, "b", "b_"),
-            list(ids.len(), 1),
+            placeholder_list(ids.len(), 1),
         );
         let mut q = sqlx::query(&sql);
         for id in ids {

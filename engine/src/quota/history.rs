@@ -35,7 +35,7 @@ use futures::{StreamExt, TryStreamExt};
 use sqlx::Row;
 
 use crate::clock::Timestamp;
-use crate::db::Db;
+use crate::db::{placeholder_list, value_rows, Db};
 
 use super::limiter::{Limiter, QuotaError};
 use super::rule::RuleId;
@@ -314,7 +314,7 @@ impl QuotaHistory {
                     let mut sql = String::from(
                         "INSERT INTO quota_history (account, rule_id, at, scope, span_ms, grants, penalties, refusals) VALUES ",
                     );
-                    push_placeholders(&mut sql, deltas.len(), 8);
+                    sql.push_str(&value_rows(deltas.len(), 8, 1));
                     sql.push_str(" ON CONFLICT (account, rule_id, at) DO NOTHING");
                     let mut q = sqlx::query(&sql);
                     for (key, _, d) in &deltas {
@@ -334,7 +334,7 @@ impl QuotaHistory {
             let mut sql = String::from(
                 "INSERT INTO quota_history_latest (account, rule_id, at, grants, penalties, refusals, wait_hist) VALUES ",
             );
-            push_placeholders(&mut sql, chunk.len(), 7);
+            sql.push_str(&value_rows(chunk.len(), 7, 1));
             sql.push_str(
                 " ON CONFLICT (account, rule_id) DO UPDATE SET at = excluded.at, grants = excluded.grants, \
                  penalties = excluded.penalties, refusals = excluded.refusals, wait_hist = excluded.wait_hist",
@@ -389,7 +389,7 @@ impl QuotaHistory {
             let mut sql = String::from(
                 "SELECT account, rule_id, grants, penalties, refusals, wait_hist FROM quota_history_latest WHERE account IN (",
             );
-            push_list(&mut sql, 1, chunk.len());
+            sql.push_str(&placeholder_list(chunk.len(), 1));
             sql.push(')');
             let mut q = sqlx::query(&sql);
             for a in chunk {
@@ -430,7 +430,7 @@ impl QuotaHistory {
                 "SELECT account, rule_id, CAST(SUM(grants) AS BIGINT) AS grants FROM quota_history \
                  WHERE at > $1 AND account IN (",
             );
-            push_list(&mut sql, 2, chunk.len());
+            sql.push_str(&placeholder_list(chunk.len(), 2));
             sql.push_str(") GROUP BY account, rule_id");
             let mut q = sqlx::query(&sql).bind(since);
             for a in chunk {
@@ -571,32 +571,5 @@ impl QuotaHistory {
             }
         })
         .await
-    }
-}
-
-/// `$first, $first+1, …` (`n` placeholders).
-fn push_list(sql: &mut String, first: usize, n: usize) {
-    for i in 0..n {
-        if i > 0 {
-            sql.push_str(", ");
-        }
-        sql.push_str(&format!("${}", first + i));
-    }
-}
-
-/// `($1, …, $k), ($k+1, …)` for `rows` rows of `cols` values.
-fn push_placeholders(sql: &mut String, rows: usize, cols: usize) {
-    for r in 0..rows {
-        if r > 0 {
-            sql.push_str(", ");
-        }
-        sql.push('(');
-        for c in 0..cols {
-            if c > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(&format!("${}", r * cols + c + 1));
-        }
-        sql.push(')');
     }
 }

@@ -201,18 +201,37 @@ impl Worker {
     /// write back whatever answers are in together (one transaction per
     /// group of finished sends, never waiting for a slow merchant to write
     /// back the fast ones).
+    ///
+    /// The sends run on a task of their own. A write-back holds a database
+    /// transaction; if the sends were polled only between write-backs, one
+    /// paused half way through its own short transaction (a deferral's, a
+    /// breaker update's) would hold a lock the write-back waits for, and
+    /// neither would move: SQLite answers "database is locked" after its
+    /// busy timeout, PostgreSQL waits for ever.
     pub async fn run_once(&self) -> Result<StepReport, WorkerError> {
         let now = self.clock.now();
         let owner = self.config.instance_id.as_str();
         let ids = self.store.claim(owner, now, self.config.lease, self.config.batch_size).await?;
         let mut report = StepReport { claimed: ids.len(), ..StepReport::default() };
         let jobs = self.store.jobs(&ids).await?;
-        let mut finished =
-            stream::iter(jobs).map(|(job, breaker)| self.process(job, breaker)).buffer_unordered(self.config.concurrency.max(1)).ready_chunks(ids.len().max(1));
+        let (results, mut finished) = tokio::sync::mpsc::unbounded_channel();
+        let worker = self.clone();
+        let mut sends = AbortOnDrop(tokio::spawn(async move {
+            stream::iter(jobs)
+                .map(|(job, breaker)| worker.process(job, breaker))
+                .buffer_unordered(worker.config.concurrency.max(1))
+                .for_each(|r| {
+                    // The receiver only goes away with this step.
+                    let _ = results.send(r);
+                    std::future::ready(())
+                })
+                .await;
+        }));
         let mut first_error = None;
-        while let Some(chunk) = finished.next().await {
+        let mut chunk = Vec::new();
+        while finished.recv_many(&mut chunk, ids.len().max(1)).await > 0 {
             let mut sent = Vec::new();
-            for r in chunk {
+            for r in chunk.drain(..) {
                 match r {
                     Ok(Processed::Done(result)) => report.count(result),
                     Ok(Processed::Sent(rec)) => sent.push(rec),
@@ -225,6 +244,11 @@ impl Worker {
             // failed: the attempts happened.
             if let Err(e) = self.write_back(&sent, &mut report).await {
                 first_error.get_or_insert(e);
+            }
+        }
+        if let Err(e) = (&mut sends.0).await {
+            if e.is_panic() {
+                std::panic::resume_unwind(e.into_panic());
             }
         }
         report.record_metrics();
@@ -456,6 +480,15 @@ impl Worker {
             response_headers: Some(response_headers),
             latency_ms: elapsed(started),
         }
+    }
+}
+
+/// A step's send task, stopped if the step is dropped half way (shutdown).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -210,7 +210,7 @@ async fn failed_sign_ins_are_audited_with_the_clients_address_and_never_the_pass
     assert!(!text.contains("not-her-password") && !text.contains("nor-this-one"), "{text}");
 }
 
-/// Everything the app logs while a test runs, at every level.
+/// Everything logged, at every level, while a [`LogCapture`] is held.
 #[derive(Clone, Default)]
 struct CapturedLogs(Arc<std::sync::Mutex<Vec<u8>>>);
 
@@ -237,6 +237,42 @@ impl CapturedLogs {
     }
 }
 
+static CAPTURING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Capturing is on while this lives.
+struct LogCapture(CapturedLogs);
+
+impl Drop for LogCapture {
+    fn drop(&mut self) {
+        CAPTURING.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Start capturing every log line of this test binary (other tests' lines
+/// too while it is on: more text to search, never less). A global
+/// subscriber whose filter is asked at every event, not a thread-local one:
+/// tracing caches each call site's interest when some thread first reaches
+/// it, and a thread-local subscriber then misses the call sites other tests'
+/// threads reached first ("signed in" went missing in a loaded run).
+fn capture_logs() -> LogCapture {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::Layer;
+    static LOGS: std::sync::OnceLock<CapturedLogs> = std::sync::OnceLock::new();
+    let logs = LOGS
+        .get_or_init(|| {
+            let logs = CapturedLogs::default();
+            let layer = tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(logs.clone())
+                .with_filter(tracing_subscriber::filter::filter_fn(|_| CAPTURING.load(std::sync::atomic::Ordering::SeqCst)));
+            tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer)).expect("the only global subscriber");
+            logs
+        })
+        .clone();
+    CAPTURING.store(true, std::sync::atomic::Ordering::SeqCst);
+    LogCapture(logs)
+}
+
 /// The secret of a one-time display (`{"Ok": {"secret": …}}`).
 fn shown_secret(answer: &serde_json::Value) -> String {
     answer["Ok"]["secret"].as_str().unwrap_or_else(|| panic!("a secret shown once in {answer}")).to_owned()
@@ -244,11 +280,7 @@ fn shown_secret(answer: &serde_json::Value) -> String {
 
 #[tokio::test]
 async fn secrets_never_reach_logs_audit_rows_pages_or_api_answers_but_their_one_time_display() {
-    // The test's runtime runs the app on this thread, so a thread-local
-    // subscriber sees everything the app logs, TRACE included.
-    let logs = CapturedLogs::default();
-    let subscriber = tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE).with_ansi(false).with_writer(logs.clone()).finish();
-    let _logging = tracing::subscriber::set_default(subscriber);
+    let capture = capture_logs();
     let settings = [("SLUICE_DELIVERY_WORKER", "false"), ("SLUICE_DELIVERY_ALLOW_NETWORKS", "127.0.0.0/8")];
     let app = spawn_app_with(Mode::Embedded, &settings).await;
     let db = app.db.db();
@@ -314,7 +346,7 @@ async fn secrets_never_reach_logs_audit_rows_pages_or_api_answers_but_their_one_
     let audit_rows = audit::list(&db, &AuditFilter::default(), None, 500).await.expect("audit").records;
     assert!(audit_rows.len() >= 7, "the journey is audited: {audit_rows:?}");
     places.push(("the audit log".into(), serde_json::to_string(&audit_rows).expect("json")));
-    let log = logs.text();
+    let log = capture.0.text();
     assert!(log.contains("signed in"), "the log was captured: {log}");
     places.push(("the log".into(), log));
     for secret in &secrets {

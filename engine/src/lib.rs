@@ -17,6 +17,7 @@ pub mod upstream_breaker;
 pub mod retry;
 pub mod delivery;
 pub mod periodic;
+pub mod freed_memory;
 pub mod log_throttle;
 pub mod job_lease;
 pub mod retention;

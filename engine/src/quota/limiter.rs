@@ -337,11 +337,25 @@ impl Limiter {
     }
 
     /// Run [`Limiter::forget_idle`] every `every` on a blocking thread until
-    /// `shutdown` resolves (the server's background task).
+    /// `shutdown` resolves (the server's background task). Once passes have
+    /// forgotten [`RELEASE_AFTER_FORGETTING`] buckets the freed memory goes
+    /// back to the system ([`crate::freed_memory::release`]): resident memory
+    /// follows the buckets held, not the busiest hour.
     pub async fn run_forgetting(self, every: Duration, shutdown: impl std::future::Future<Output = ()>) {
+        let unreleased = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         crate::periodic::every(every, shutdown, || async {
             let limiter = self.clone();
-            match tokio::task::spawn_blocking(move || limiter.forget_idle()).await {
+            let unreleased = unreleased.clone();
+            let forget = move || {
+                use std::sync::atomic::Ordering::Relaxed;
+                let forgotten = limiter.forget_idle();
+                if unreleased.fetch_add(forgotten, Relaxed) + forgotten >= RELEASE_AFTER_FORGETTING {
+                    unreleased.store(0, Relaxed);
+                    crate::freed_memory::release();
+                }
+                forgotten
+            };
+            match tokio::task::spawn_blocking(forget).await {
                 Ok(forgotten) if forgotten > 0 => tracing::debug!(forgotten, "idle quota buckets forgotten"),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "forgetting idle quota buckets failed"),
@@ -350,6 +364,10 @@ impl Limiter {
         .await
     }
 }
+
+/// Buckets forgotten (over one or more passes) before their memory is handed
+/// back: enough freed to be worth the allocator's walk of its free lists.
+const RELEASE_AFTER_FORGETTING: usize = 1_000;
 
 fn account_of(req: &QuotaRequest) -> Result<String, QuotaError> {
     Ok(parse_account(req.account.as_deref())?)

@@ -50,7 +50,7 @@ mkdir -p "$SLUICE_DATA_DIR"
 ADMIN="$("$BIN/sluice" token add --name bench-admin --scope admin 2>/dev/null)"
 WORKER="$("$BIN/sluice" token add --name bench-worker --scope worker 2>/dev/null)"
 LISTEN_PORT="$(free_port)"
-SLUICE_LISTEN="127.0.0.1:$LISTEN_PORT" SLUICE_DELIVERY_ALLOW_NETWORKS="127.0.0.0/8" SLUICE_SITE_ROOT="$WORK/no-site" \
+SLUICE_LISTEN="127.0.0.1:$LISTEN_PORT" SLUICE_DELIVERY_ALLOW_NETWORKS="127.0.0.0/8" SLUICE_DELIVERY_REQUIRE_HTTPS=false SLUICE_SITE_ROOT="$WORK/no-site" \
   "$BIN/sluice" serve > "$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 BASE="http://127.0.0.1:$LISTEN_PORT"

@@ -10,14 +10,27 @@ pub mod stream;
 
 use axum::Router;
 use leptos::prelude::provide_context;
-use leptos_axum::{generate_route_list, LeptosRoutes};
+use leptos_axum::{generate_route_list, AxumRouteListing, LeptosRoutes};
 use sluice_app::{shell, App};
 
 use crate::state::AppState;
 
+/// The page routes, generated once per process. Generating them renders the
+/// app once with resource loading switched off by a process-wide flag
+/// (leptos_server's `SuppressResourceLoad`): a page rendered on another
+/// thread meanwhile waits for ever on a resource that never loads
+/// (leptos-rs/leptos#4773). Seen in the test binary, where many
+/// applications start while others serve pages: the Overview hung about once
+/// in ten runs of the suite. Generated once, before any router exists,
+/// nothing can be rendering.
+fn page_routes() -> Vec<AxumRouteListing> {
+    static ROUTES: std::sync::OnceLock<Vec<AxumRouteListing>> = std::sync::OnceLock::new();
+    ROUTES.get_or_init(|| generate_route_list(App)).clone()
+}
+
 /// The whole HTTP surface of Sluice.
 pub fn router(state: AppState) -> Router {
-    let routes = generate_route_list(App);
+    let routes = page_routes();
     let context = state.app_context.clone();
     let options = state.leptos_options.clone();
     let page_context = move || {

@@ -45,10 +45,11 @@ async fn main() -> anyhow::Result<()> {
                 }
                 let body = format!(r#"{{"account":"acct-{n}","scope":"{scope}","method":"GET","path":"/load"}}"#);
                 let mut ok = false;
-                for _ in 0..6 {
+                for attempt in 0..6 {
                     match client.post(&url).bearer_auth(&token).header("content-type", "application/json").body(body.clone()).send().await {
                         Ok(r) if r.status() == reqwest::StatusCode::OK => ok = true,
-                        Ok(r) if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
+                        // The last 503 is reported below like any refusal.
+                        Ok(r) if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE && attempt < 5 => {
                             let pause = r.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(1);
                             retried.fetch_add(1, Ordering::Relaxed);
                             tokio::time::sleep(std::time::Duration::from_secs(pause)).await;

@@ -216,7 +216,9 @@ impl Worker {
         let jobs = self.store.jobs(&ids).await?;
         let (results, mut finished) = tokio::sync::mpsc::unbounded_channel();
         let worker = self.clone();
-        let mut sends = AbortOnDrop(tokio::spawn(async move {
+        // A JoinSet, so a step dropped half way (shutdown) stops its sends.
+        let mut sends = tokio::task::JoinSet::new();
+        sends.spawn(async move {
             stream::iter(jobs)
                 .map(|(job, breaker)| worker.process(job, breaker))
                 .buffer_unordered(worker.config.concurrency.max(1))
@@ -226,7 +228,7 @@ impl Worker {
                     std::future::ready(())
                 })
                 .await;
-        }));
+        });
         let mut first_error = None;
         let mut chunk = Vec::new();
         while finished.recv_many(&mut chunk, ids.len().max(1)).await > 0 {
@@ -246,9 +248,11 @@ impl Worker {
                 first_error.get_or_insert(e);
             }
         }
-        if let Err(e) = (&mut sends.0).await {
-            if e.is_panic() {
-                std::panic::resume_unwind(e.into_panic());
+        while let Some(done) = sends.join_next().await {
+            if let Err(e) = done {
+                if e.is_panic() {
+                    std::panic::resume_unwind(e.into_panic());
+                }
             }
         }
         report.record_metrics();
@@ -480,15 +484,6 @@ impl Worker {
             response_headers: Some(response_headers),
             latency_ms: elapsed(started),
         }
-    }
-}
-
-/// A step's send task, stopped if the step is dropped half way (shutdown).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

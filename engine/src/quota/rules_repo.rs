@@ -7,8 +7,6 @@
 //! loads the whole set and swaps it into the [`Limiter`] atomically. Buckets
 //! are keyed by rule id, so their state carries over an edit.
 
-use std::future::Future;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -18,6 +16,7 @@ use sqlx::Row;
 use crate::audit::{self, AuditAction, AuditEntry, AuditError};
 use crate::clock::Timestamp;
 use crate::db::Db;
+use crate::periodic::{Reloader, VersionedSet};
 
 use super::limiter::Limiter;
 use super::registry::RuleRegistry;
@@ -318,39 +317,36 @@ fn rule_from_row(row: &AnyRow) -> Result<Rule, RulesRepoError> {
 /// (SPEC: within 2 s), for one indexed single-row read per instance per second.
 pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
 
-/// Keeps one limiter's rule set in step with the database.
+/// The limit rules in the database and the limiter that enforces them.
 #[derive(Debug)]
-pub struct RuleReloader {
+pub struct RuleSet {
     repo: RulesRepo,
     limiter: Limiter,
-    loaded: AtomicI64,
 }
 
-impl RuleReloader {
-    /// Call [`RuleReloader::run_once`] (or `spawn`) to load the first set.
-    pub fn new(repo: RulesRepo, limiter: Limiter) -> RuleReloader {
-        RuleReloader { repo, limiter, loaded: AtomicI64::new(-1) }
+impl VersionedSet for RuleSet {
+    type Error = RulesRepoError;
+    const WHAT: &'static str = "limit rules";
+
+    async fn version(&self) -> Result<i64, RulesRepoError> {
+        self.repo.version().await
     }
 
-    /// One poll: reload and swap if the version moved. Returns whether it did.
-    pub async fn run_once(&self) -> Result<bool, RulesRepoError> {
-        if self.repo.version().await? == self.loaded.load(Ordering::SeqCst) {
-            return Ok(false);
-        }
+    async fn install(&self) -> Result<i64, RulesRepoError> {
         let registry = self.repo.load().await?;
-        self.loaded.store(registry.version, Ordering::SeqCst);
+        let version = registry.version;
         self.limiter.replace_rules(registry);
-        Ok(true)
+        Ok(version)
     }
+}
 
-    /// Poll every `every` (≤ 1 s keeps edits live within 2 s) until `shutdown`
-    /// resolves. Errors are logged and the old rule set stays in force.
-    pub async fn run(self, every: Duration, shutdown: impl Future<Output = ()>) {
-        crate::periodic::every(every, shutdown, || async {
-            if let Err(e) = self.run_once().await {
-                tracing::warn!(error = &e as &dyn std::error::Error, "reloading limit rules failed; keeping the current set");
-            }
-        })
-        .await
+/// Keeps one limiter's rule set in step with the database (poll every
+/// [`RELOAD_EVERY`]: edits are live everywhere within 2 s).
+pub type RuleReloader = Reloader<RuleSet>;
+
+impl RuleReloader {
+    /// Call [`Reloader::run_once`] (or `run`) to load the first set.
+    pub fn new(repo: RulesRepo, limiter: Limiter) -> RuleReloader {
+        Reloader::of(RuleSet { repo, limiter })
     }
 }

@@ -8,8 +8,6 @@
 //! set into the shared [`RetryProfiles`]: the executor, the API and the pages
 //! read the new profile on their next call, without a restart.
 
-use std::future::Future;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -22,6 +20,7 @@ use super::profiles::{self, ProfileSet, RetryProfile, RetryProfiles};
 use crate::audit::{self, AuditAction, AuditEntry, AuditError};
 use crate::clock::Timestamp;
 use crate::db::Db;
+use crate::periodic::{Reloader, VersionedSet};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProfilesRepoError {
@@ -212,40 +211,37 @@ fn profile_from_row(row: &AnyRow) -> Result<RetryProfile, ProfilesRepoError> {
 /// like the limit rules'.
 pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
 
-/// Keeps one instance's [`RetryProfiles`] in step with the database.
+/// The retry profiles in the database and the copy this instance's
+/// executor, API and pages read.
 #[derive(Debug)]
-pub struct RetryProfileReloader {
+pub struct ProfileSetSource {
     repo: ProfilesRepo,
     profiles: RetryProfiles,
-    loaded: AtomicI64,
 }
 
-impl RetryProfileReloader {
-    /// Call [`RetryProfileReloader::run_once`] (or `run`) to load the first set.
-    pub fn new(repo: ProfilesRepo, profiles: RetryProfiles) -> RetryProfileReloader {
-        RetryProfileReloader { repo, profiles, loaded: AtomicI64::new(-1) }
+impl VersionedSet for ProfileSetSource {
+    type Error = ProfilesRepoError;
+    const WHAT: &'static str = "retry profiles";
+
+    async fn version(&self) -> Result<i64, ProfilesRepoError> {
+        self.repo.version().await
     }
 
-    /// One poll: reload and swap if the version moved. Returns whether it did.
-    pub async fn run_once(&self) -> Result<bool, ProfilesRepoError> {
-        if self.repo.version().await? == self.loaded.load(Ordering::SeqCst) {
-            return Ok(false);
-        }
+    async fn install(&self) -> Result<i64, ProfilesRepoError> {
         let set = self.repo.load().await?;
-        self.loaded.store(set.version, Ordering::SeqCst);
+        let version = set.version;
         self.profiles.replace(set);
-        Ok(true)
+        Ok(version)
     }
+}
 
-    /// Poll every `every` until `shutdown` resolves. Errors are logged and
-    /// the profiles in force stay.
-    pub async fn run(self, every: Duration, shutdown: impl Future<Output = ()>) {
-        crate::periodic::every(every, shutdown, || async {
-            if let Err(e) = self.run_once().await {
-                tracing::warn!(error = &e as &dyn std::error::Error, "reloading retry profiles failed; keeping the current ones");
-            }
-        })
-        .await
+/// Keeps one instance's [`RetryProfiles`] in step with the database.
+pub type RetryProfileReloader = Reloader<ProfileSetSource>;
+
+impl RetryProfileReloader {
+    /// Call [`Reloader::run_once`] (or `run`) to load the first set.
+    pub fn new(repo: ProfilesRepo, profiles: RetryProfiles) -> RetryProfileReloader {
+        Reloader::of(ProfileSetSource { repo, profiles })
     }
 }
 

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use http::{HeaderMap, Method};
 
+use crate::quota::Priority;
+
 /// What is being called: the limiter resolves the rule from these.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallTarget {
@@ -20,15 +22,23 @@ pub struct CallTarget {
     pub path: String,
     /// Tokens one attempt costs (usually 1).
     pub cost: u32,
+    /// The lane every attempt of the call asks in (`docs/limiter.md`): a
+    /// retry of an important call stays in its lane.
+    pub priority: Priority,
 }
 
 impl CallTarget {
     pub fn new(account: Option<&str>, scope: &str, method: Method, path: &str) -> Self {
-        CallTarget { account: account.map(str::to_owned), scope: scope.to_owned(), method, path: path.to_owned(), cost: 1 }
+        CallTarget { account: account.map(str::to_owned), scope: scope.to_owned(), method, path: path.to_owned(), cost: 1, priority: Priority::Normal }
     }
 
     pub fn with_cost(mut self, cost: u32) -> Self {
         self.cost = cost;
+        self
+    }
+
+    pub fn with_priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
         self
     }
 }

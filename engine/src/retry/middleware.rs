@@ -3,8 +3,9 @@
 //!
 //! The middleware builds the [`CallTarget`] from the request: scope from a
 //! [`Scope`] extension or the host's scope, account from an [`Account`]
-//! extension or the `x-sluice-account` header (removed before sending), method
-//! and path from the request itself; the limiter resolves the rule from those.
+//! extension or the `x-sluice-account` header (removed before sending), the
+//! lane from a [`Priority`] extension (`normal` without one), method and path
+//! from the request itself; the limiter resolves the rule from those.
 //!
 //! A final response (2xx, or a 4xx the upstream meant) comes back as `Ok`.
 //! Every other give-up comes back as `Err(Error::Middleware)` wrapping a
@@ -22,6 +23,7 @@ use super::executor::{
     Call, GiveUpReason, LastAttempt, RetryError, RetryExecutor, SendAttempt, TransportError, UpstreamResponse,
 };
 use super::gate::CallTarget;
+use crate::quota::Priority;
 use super::outcome::{classify_reqwest_error, NetworkFailure};
 
 /// Header naming the account, for callers that cannot set an extension.
@@ -104,7 +106,9 @@ impl RetryMiddleware {
             None => None,
         };
         let account = extensions.get::<Account>().map(|a| a.0.clone()).or(header);
-        let target = CallTarget::new(account.as_deref(), &scope, req.method().clone(), req.url().path());
+        let priority = extensions.get::<Priority>().copied().unwrap_or_default();
+        let target =
+            CallTarget::new(account.as_deref(), &scope, req.method().clone(), req.url().path()).with_priority(priority);
         let mut call = Call::new(target);
         if extensions.get::<SafeToRepeat>().is_some() {
             call = call.safe_to_repeat();

@@ -16,7 +16,7 @@ use crate::quota::stats::{RefusalReason, GLOBAL_ACCOUNT};
 use crate::quota::Limiter;
 
 fn request(target: &CallTarget, max_wait: Option<Duration>) -> QuotaRequest {
-    let mut req = QuotaRequest::new(target.scope.as_str(), target.method.as_str(), target.path.as_str()).cost(target.cost);
+    let mut req = QuotaRequest::new(target.scope.as_str(), target.method.as_str(), target.path.as_str()).cost(target.cost).priority(target.priority);
     if let Some(account) = &target.account {
         req = req.account(account.as_str());
     }

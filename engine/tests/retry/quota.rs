@@ -11,7 +11,9 @@ use sluice_engine::upstream_breaker::memory::MemoryBreakerStore;
 use sluice_engine::upstream_breaker::{UpstreamBreaker, UpstreamBreakerConfig};
 use sluice_engine::clock::{ManualClock, SharedClock};
 use sluice_engine::quota::limiter::{bucket_key, LimiterConfig};
-use sluice_engine::quota::{BucketStats, Limit, Limiter, MemoryStore, RedisSettings, RedisStore, RefusalReason, Rule, RuleRegistry};
+use sluice_engine::quota::{
+    BucketStats, Limit, Limiter, MemoryStore, Priority, RedisSettings, RedisStore, RefusalReason, Rule, RuleRegistry,
+};
 use sluice_engine::retry::middleware::Account;
 use sluice_engine::retry::{GiveUpReason, RetryExecutor, RetryPolicy};
 
@@ -56,6 +58,31 @@ async fn retries_show_up_in_the_limiters_grant_counter() {
     let resp = client.get(format!("{base}/5xx")).with_extension(Account::new("seller-1")).send().await;
     assert_eq!(resp.expect("third attempt succeeds").status(), 200);
     assert_eq!((hits.get(), q.stats().await.grants), (3, 3));
+}
+
+/// The lane rides on the request (a `Priority` extension) into every
+/// attempt's permit: with the bucket drained, a `low` call is refused at
+/// once (low never books ahead) while a `high` one books the next slot.
+#[tokio::test]
+async fn a_calls_lane_reaches_the_limiter_low_is_refused_where_high_books_the_next_slot() {
+    let (base, _) = spawn_marketplace().await;
+    let q = memory_quota(Limit::token_bucket(1, Duration::from_secs(10), 1));
+    let client = client_with(q.executor());
+    let send = |lane: Option<Priority>| {
+        let mut req = client.get(format!("{base}/echo-account")).with_extension(Account::new("seller-1"));
+        if let Some(lane) = lane {
+            req = req.with_extension(lane);
+        }
+        req.send()
+    };
+    assert_eq!(send(None).await.expect("the only token").status(), 200);
+    let err = send(Some(Priority::Low)).await.expect_err("low gets no permit while the bucket is empty");
+    assert_eq!((retry_error(&err).reason.code(), retry_error(&err).attempts), ("wait_ceiling", 0));
+    assert_eq!(send(Some(Priority::High)).await.expect("high books the next token").status(), 200);
+    assert_eq!(q.clock.sleeps(), vec![Duration::from_secs(10)], "high waited for the next token only");
+    let stats = q.stats().await;
+    assert_eq!(stats.grants, 2);
+    assert_eq!((stats.lane(Priority::High).grants, stats.lane(Priority::Low).refusals), (1, 1));
 }
 
 #[tokio::test]

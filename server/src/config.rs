@@ -32,6 +32,9 @@ struct RawSettings {
     redis_timeout_ms: u64,
     delivery_allow_networks: String,
     delivery_worker: bool,
+    delivery_batch_size: u32,
+    delivery_concurrency: u32,
+    delivery_steps: u32,
     delivery_require_https: bool,
     trusted_proxies: String,
     session_secure_cookie: bool,
@@ -69,6 +72,13 @@ pub struct Settings {
     /// proxies, load balancers); empty: the TCP peer is the client.
     pub trusted_proxies: Vec<ipnet::IpNet>,
     pub delivery_worker: bool,
+    /// Due deliveries one worker step claims.
+    pub delivery_batch_size: u32,
+    /// Requests one worker step has in flight at once.
+    pub delivery_concurrency: u32,
+    /// Worker steps running at once in this instance (resolved from 0 by
+    /// database: 4 on PostgreSQL, 1 on SQLite).
+    pub delivery_steps: u32,
     /// Merchant URLs must be https: plain http is refused on create and
     /// edit, and merchants that still have one are held (not delivered to).
     pub delivery_require_https: bool,
@@ -300,6 +310,24 @@ impl RawSettings {
                 self.session_absolute_secs, self.session_idle_secs
             ));
         }
+        let mut within = |key: &str, value: u32, range: std::ops::RangeInclusive<u32>| {
+            if !range.contains(&value) {
+                errors.push(format!(
+                    "{key} (SLUICE_{}): {value} is not between {} and {}",
+                    key.to_ascii_uppercase(),
+                    range.start(),
+                    range.end()
+                ));
+            }
+        };
+        within("delivery_batch_size", self.delivery_batch_size, 1..=1000);
+        within("delivery_concurrency", self.delivery_concurrency, 1..=1000);
+        within("delivery_steps", self.delivery_steps, 0..=16);
+        let delivery_steps = match (self.delivery_steps, Backend::from_url(&database_url)) {
+            (0, Some(Backend::Postgres)) => 4,
+            (0, _) => 1,
+            (n, _) => n,
+        };
         let delivery_allow_networks = cidrs("delivery_allow_networks", &self.delivery_allow_networks, &mut errors);
         let trusted_proxies = cidrs("trusted_proxies", &self.trusted_proxies, &mut errors);
         let mut upstream_breaker_ignore_rules = Vec::new();
@@ -329,6 +357,9 @@ impl RawSettings {
                 delivery_allow_networks,
                 trusted_proxies,
                 delivery_worker: self.delivery_worker,
+                delivery_batch_size: self.delivery_batch_size,
+                delivery_concurrency: self.delivery_concurrency,
+                delivery_steps,
                 delivery_require_https: self.delivery_require_https,
                 session_secure_cookie: self.session_secure_cookie,
                 session_idle: std::time::Duration::from_secs(self.session_idle_secs),
@@ -391,6 +422,9 @@ impl fmt::Debug for Settings {
             .field("delivery_allow_networks", &self.delivery_allow_networks)
             .field("trusted_proxies", &self.trusted_proxies)
             .field("delivery_worker", &self.delivery_worker)
+            .field("delivery_batch_size", &self.delivery_batch_size)
+            .field("delivery_concurrency", &self.delivery_concurrency)
+            .field("delivery_steps", &self.delivery_steps)
             .field("delivery_require_https", &self.delivery_require_https)
             .field("session_secure_cookie", &self.session_secure_cookie)
             .field("session_idle", &self.session_idle)
@@ -505,6 +539,19 @@ mod tests {
         let msg = invalid(load_env(None, &[("SLUICE_RETENTION_FAILED_DAYS", "0"), ("SLUICE_RETENTION_DELIVERED_DAYS", "4000")]));
         assert!(msg.contains("retention_failed_days (SLUICE_RETENTION_FAILED_DAYS): 0 is not between 1 and 3650"), "{msg}");
         assert!(msg.contains("retention_delivered_days (SLUICE_RETENTION_DELIVERED_DAYS): 4000"), "{msg}");
+    }
+
+    #[test]
+    fn worker_steps_default_by_database_and_pacing_is_validated() {
+        let s = load_env(None, &[]).expect("defaults");
+        assert_eq!((s.delivery_batch_size, s.delivery_concurrency, s.delivery_steps), (64, 32, 1), "SQLite: one step");
+        let pg = ("DATABASE_URL", "postgres://sluice@127.0.0.1/sluice");
+        assert_eq!(load_env(None, &[pg]).expect("valid").delivery_steps, 4);
+        let s = load_env(None, &[pg, ("SLUICE_DELIVERY_STEPS", "2"), ("SLUICE_DELIVERY_BATCH_SIZE", "200")]).expect("valid");
+        assert_eq!((s.delivery_steps, s.delivery_batch_size), (2, 200));
+        let msg = invalid(load_env(None, &[("SLUICE_DELIVERY_STEPS", "17"), ("SLUICE_DELIVERY_CONCURRENCY", "0")]));
+        assert!(msg.contains("delivery_steps (SLUICE_DELIVERY_STEPS): 17 is not between 0 and 16"), "{msg}");
+        assert!(msg.contains("delivery_concurrency (SLUICE_DELIVERY_CONCURRENCY): 0 is not between 1 and 1000"), "{msg}");
     }
 
     #[test]

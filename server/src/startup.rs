@@ -232,11 +232,17 @@ impl Application {
         // The login throttle shares the store, so this sweeps its buckets too.
         background.spawn(state.limiter.clone().run_forgetting(FORGET_IDLE_EVERY, stopped()));
         if state.settings.delivery_worker {
-            let worker = Worker::new(state.deliveries.clone(), state.clock.clone(), worker_config(&state.settings))
-                .context("delivery worker settings")?
-                .with_wake(state.wake.clone());
-            let until = stopped();
-            background.spawn(async move { worker.run(until).await });
+            // Each step loop claims under its own name: a loop takes back
+            // its own unfinished claims at once, never a sibling's in flight.
+            let config = worker_config(&state.settings);
+            for n in 0..state.settings.delivery_steps {
+                let config = WorkerConfig { instance_id: format!("{}.{n}", config.instance_id), ..config.clone() };
+                let worker = Worker::new(state.deliveries.clone(), state.clock.clone(), config)
+                    .context("delivery worker settings")?
+                    .with_wake(state.wake.clone());
+                let until = stopped();
+                background.spawn(async move { worker.run(until).await });
+            }
             if state.db.backend() == Backend::Postgres {
                 // Other instances' intake wakes this worker through PostgreSQL.
                 let listen = sluice_engine::delivery::wake::listen(state.settings.database_url.clone(), state.wake.clone(), stopped());
@@ -341,7 +347,14 @@ async fn load_retry_profiles(db: &Db, clock: &SharedClock) -> anyhow::Result<(Pr
 
 fn worker_config(settings: &Settings) -> WorkerConfig {
     let (ladder, breaker) = delivery_timing(settings);
-    WorkerConfig { ssrf: delivery_url_policy(settings), ladder, breaker, ..WorkerConfig::default() }
+    WorkerConfig {
+        ssrf: delivery_url_policy(settings),
+        ladder,
+        breaker,
+        batch_size: settings.delivery_batch_size,
+        concurrency: settings.delivery_concurrency as usize,
+        ..WorkerConfig::default()
+    }
 }
 
 /// Which merchant URLs this instance accepts and delivers to. The allow-list

@@ -301,7 +301,13 @@ impl Worker {
         tokio::pin!(shutdown);
         loop {
             let pause = match self.run_once().await {
-                Ok(r) if r.claimed as u32 >= self.config.batch_size => Duration::ZERO,
+                Ok(r) if r.claimed as u32 >= self.config.batch_size => {
+                    // More may be due: bring in a sibling step that is idle.
+                    if let Some(w) = &self.wake {
+                        w.notify();
+                    }
+                    Duration::ZERO
+                }
                 Ok(_) => self.config.idle_poll,
                 Err(e) => {
                     // Its claims are taken back by its next step (see

@@ -42,6 +42,9 @@ use crate::state::{AppState, Shared};
 const SESSION_SWEEP_EVERY: Duration = Duration::from_secs(600);
 /// How often idle in-process quota buckets are looked for and forgotten.
 const FORGET_IDLE_EVERY: Duration = Duration::from_secs(10);
+/// How often the Prometheus recorder folds recorded histogram samples into
+/// its buckets (see `telemetry::prometheus`).
+const METRICS_UPKEEP_EVERY: Duration = Duration::from_secs(5);
 /// Live API tokens one instance keeps checked at most (there are few).
 const API_TOKEN_CACHE_CAPACITY: usize = 10_000;
 
@@ -229,6 +232,14 @@ impl Application {
         // Every instance runs the retention task; its database lease lets one
         // of them delete at a time.
         background.spawn(retention.run(stopped()));
+        // Histogram samples queue in the recorder until an upkeep folds them
+        // into buckets; without one they pile up for as long as nobody
+        // scrapes /metrics (about 1 KB per hundred requests, for ever).
+        let prometheus = state.prometheus.clone();
+        background.spawn(sluice_engine::periodic::every(METRICS_UPKEEP_EVERY, stopped(), move || {
+            prometheus.run_upkeep();
+            std::future::ready(())
+        }));
         // The login throttle shares the store, so this sweeps its buckets too.
         background.spawn(state.limiter.clone().run_forgetting(FORGET_IDLE_EVERY, stopped()));
         if state.settings.delivery_worker {

@@ -10,7 +10,11 @@
 # Cases: pg20 / pg1000 — PostgreSQL + Redis, 20 / 1,000 merchants;
 #        sqlite — the embedded default, 20 merchants;
 #        two1 / two2 — one and two instances on one PostgreSQL, the receiver
-#        answering after 20 ms (the receiver, not the database, is the limit).
+#        answering after 20 ms, one delivery step per instance (32 requests
+#        in flight each: the receiver, not the database, is the limit; with
+#        the default eight steps one instance already fills the machine).
+# Settings in the environment (SLUICE_DELIVERY_STEPS, …) reach every
+# instance; DELIVERY_LOAD_BATCH=N makes producers post N events a call.
 # Targets (the delivery volume issue): pg deliveries/s >= 1.0 x pgbench -N tps,
 # intake at least the same; sqlite >= 1,000/s; two2 >= 1.6 x two1.
 set -euo pipefail
@@ -76,6 +80,7 @@ start_instance() {
   local name="$1" port
   port="$(free_port)"
   sluice_in "$name" SLUICE_LISTEN="127.0.0.1:$port" SLUICE_DELIVERY_ALLOW_NETWORKS="127.0.0.0/8" SLUICE_DELIVERY_REQUIRE_HTTPS=false \
+    SLUICE_DELIVERY_STEPS="$steps" \
     SLUICE_SITE_ROOT="$WORK/no-site" "$BIN/sluice" serve > "$WORK/$name.log" 2>&1 &
   echo $! >> "$PIDFILE"
   for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/healthz" > /dev/null 2>&1 && break; sleep 0.1; done
@@ -83,13 +88,13 @@ start_instance() {
 }
 
 for case in $CASES; do
-  merchants=20 delay=0 instances=1 db="" redis=""
+  merchants=20 delay=0 instances=1 db="" redis="" steps="${SLUICE_DELIVERY_STEPS:-0}"
   case "$case" in
     pg20) ;;
     pg1000) merchants=1000 ;;
     sqlite) ;;
-    two1) delay=20 ;;
-    two2) delay=20 instances=2 ;;
+    two1) delay=20 steps=1 ;;
+    two2) delay=20 instances=2 steps=1 ;;
     *) echo "unknown case $case" >&2; exit 2 ;;
   esac
   if [ "$case" != sqlite ]; then

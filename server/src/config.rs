@@ -77,7 +77,7 @@ pub struct Settings {
     /// Requests one worker step has in flight at once.
     pub delivery_concurrency: u32,
     /// Worker steps running at once in this instance (resolved from 0 by
-    /// database: 4 on PostgreSQL, 1 on SQLite).
+    /// database: 8 on PostgreSQL, 1 on SQLite).
     pub delivery_steps: u32,
     /// Merchant URLs must be https: plain http is refused on create and
     /// edit, and merchants that still have one are held (not delivered to).
@@ -324,7 +324,7 @@ impl RawSettings {
         within("delivery_concurrency", self.delivery_concurrency, 1..=1000);
         within("delivery_steps", self.delivery_steps, 0..=16);
         let delivery_steps = match (self.delivery_steps, Backend::from_url(&database_url)) {
-            (0, Some(Backend::Postgres)) => 4,
+            (0, Some(Backend::Postgres)) => 8,
             (0, _) => 1,
             (n, _) => n,
         };
@@ -546,7 +546,7 @@ mod tests {
         let s = load_env(None, &[]).expect("defaults");
         assert_eq!((s.delivery_batch_size, s.delivery_concurrency, s.delivery_steps), (64, 32, 1), "SQLite: one step");
         let pg = ("DATABASE_URL", "postgres://sluice@127.0.0.1/sluice");
-        assert_eq!(load_env(None, &[pg]).expect("valid").delivery_steps, 4);
+        assert_eq!(load_env(None, &[pg]).expect("valid").delivery_steps, 8);
         let s = load_env(None, &[pg, ("SLUICE_DELIVERY_STEPS", "2"), ("SLUICE_DELIVERY_BATCH_SIZE", "200")]).expect("valid");
         assert_eq!((s.delivery_steps, s.delivery_batch_size), (2, 200));
         let msg = invalid(load_env(None, &[("SLUICE_DELIVERY_STEPS", "17"), ("SLUICE_DELIVERY_CONCURRENCY", "0")]));

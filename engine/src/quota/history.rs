@@ -41,6 +41,9 @@ use super::limiter::{Limiter, QuotaError};
 use super::rule::RuleId;
 use super::stats::{BucketKey, BucketStats, WAIT_BUCKETS};
 
+/// A pass that read at least this many buckets hands its freed memory back
+/// to the system afterwards ([`crate::freed_memory::release`]).
+const RELEASE_AFTER_BUCKETS: usize = 1_000;
 /// Rows per multi-row INSERT (well under both databases' bind limits).
 const INSERT_BATCH: usize = 200;
 /// Stats reads in flight during a pass.
@@ -566,7 +569,15 @@ impl QuotaHistory {
         crate::periodic::every(self.config.every, shutdown, || async {
             let now = limiter.clock().now();
             match self.sample(&limiter, now, &instance).await {
-                Ok(outcome) => tracing::debug!(?outcome, "quota history sampled"),
+                Ok(outcome) => {
+                    tracing::debug!(?outcome, "quota history sampled");
+                    // A pass over many buckets built and dropped tables of
+                    // them; give those pages back, as the forgetting sweep
+                    // does (with Redis, the sampler is the only such pass).
+                    if matches!(outcome, SampleOutcome::Sampled { buckets, .. } if buckets >= RELEASE_AFTER_BUCKETS) {
+                        let _ = tokio::task::spawn_blocking(crate::freed_memory::release).await;
+                    }
+                }
                 Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "sampling quota history failed"),
             }
         })

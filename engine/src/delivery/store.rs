@@ -109,10 +109,12 @@ impl DeliveryStore {
             Backend::Sqlite => "",
         };
         let mut out = Vec::new();
-        // A claim of this owner's own is due at once: a worker steps one batch
-        // at a time, so when it claims, nothing it claimed before is still in
-        // flight (a step that failed half way, the database gone, left them).
-        // Other instances' claims are due when their lease runs out.
+        // A claim of this owner's own is due at once: an owner is one step
+        // loop (an instance runs several, each under its own name), which
+        // steps one batch at a time, so when it claims, nothing it claimed
+        // before is still in flight (a step that failed half way, the
+        // database gone, left them). Other owners' claims are due when their
+        // lease runs out.
         let reclaim = "status = 'DELIVERING' AND (lease_until <= $3 OR lease_owner = $1)";
         for (due, order) in [(reclaim, "lease_until"), ("status = 'PENDING' AND next_attempt_at <= $3", "next_attempt_at")] {
             let left = i64::from(limit) - out.len() as i64;

@@ -243,16 +243,15 @@ impl Application {
         // The login throttle shares the store, so this sweeps its buckets too.
         background.spawn(state.limiter.clone().run_forgetting(FORGET_IDLE_EVERY, stopped()));
         if state.settings.delivery_worker {
+            let worker = Worker::new(state.deliveries.clone(), state.clock.clone(), worker_config(&state.settings))
+                .context("delivery worker settings")?
+                .with_wake(state.wake.clone());
             // Each step loop claims under its own name: a loop takes back
             // its own unfinished claims at once, never a sibling's in flight.
-            let config = worker_config(&state.settings);
             for n in 0..state.settings.delivery_steps {
-                let config = WorkerConfig { instance_id: format!("{}.{n}", config.instance_id), ..config.clone() };
-                let worker = Worker::new(state.deliveries.clone(), state.clock.clone(), config)
-                    .context("delivery worker settings")?
-                    .with_wake(state.wake.clone());
+                let step = worker.sibling(format!("{}.{n}", worker.config().instance_id));
                 let until = stopped();
-                background.spawn(async move { worker.run(until).await });
+                background.spawn(async move { step.run(until).await });
             }
             if state.db.backend() == Backend::Postgres {
                 // Other instances' intake wakes this worker through PostgreSQL.

@@ -189,6 +189,14 @@ impl Worker {
         &self.config
     }
 
+    /// Another step loop of the same instance, claiming under `instance_id`:
+    /// it shares this worker's HTTP client (so its connections to merchants),
+    /// store, clock and wake, and differs only in its lease owner name.
+    pub fn sibling(&self, instance_id: String) -> Worker {
+        let config = WorkerConfig { instance_id, ..(*self.config).clone() };
+        Worker { config: Arc::new(config), ..self.clone() }
+    }
+
     /// Wake this worker's idle pause early when `wake` is notified (new
     /// work stored, by this instance or, through PostgreSQL, another).
     pub fn with_wake(mut self, wake: Wake) -> Worker {

@@ -319,12 +319,12 @@ pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
 
 /// The limit rules in the database and the limiter that enforces them.
 #[derive(Debug)]
-pub struct RuleSet {
+pub struct RulesInForce {
     repo: RulesRepo,
     limiter: Limiter,
 }
 
-impl VersionedSet for RuleSet {
+impl VersionedSet for RulesInForce {
     type Error = RulesRepoError;
     const WHAT: &'static str = "limit rules";
 
@@ -342,11 +342,11 @@ impl VersionedSet for RuleSet {
 
 /// Keeps one limiter's rule set in step with the database (poll every
 /// [`RELOAD_EVERY`]: edits are live everywhere within 2 s).
-pub type RuleReloader = Reloader<RuleSet>;
+pub type RuleReloader = Reloader<RulesInForce>;
 
 impl RuleReloader {
     /// Call [`Reloader::run_once`] (or `run`) to load the first set.
     pub fn new(repo: RulesRepo, limiter: Limiter) -> RuleReloader {
-        Reloader::of(RuleSet { repo, limiter })
+        Reloader::of(RulesInForce { repo, limiter })
     }
 }

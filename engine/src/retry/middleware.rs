@@ -23,8 +23,8 @@ use super::executor::{
     Call, GiveUpReason, LastAttempt, RetryError, RetryExecutor, SendAttempt, TransportError, UpstreamResponse,
 };
 use super::gate::CallTarget;
-use crate::quota::Priority;
 use super::outcome::{classify_reqwest_error, NetworkFailure};
+use crate::quota::Priority;
 
 /// Header naming the account, for callers that cannot set an extension.
 /// Stripped before the request goes upstream.

@@ -214,12 +214,12 @@ pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
 /// The retry profiles in the database and the copy this instance's
 /// executor, API and pages read.
 #[derive(Debug)]
-pub struct ProfileSetSource {
+pub struct ProfilesInForce {
     repo: ProfilesRepo,
     profiles: RetryProfiles,
 }
 
-impl VersionedSet for ProfileSetSource {
+impl VersionedSet for ProfilesInForce {
     type Error = ProfilesRepoError;
     const WHAT: &'static str = "retry profiles";
 
@@ -236,12 +236,12 @@ impl VersionedSet for ProfileSetSource {
 }
 
 /// Keeps one instance's [`RetryProfiles`] in step with the database.
-pub type RetryProfileReloader = Reloader<ProfileSetSource>;
+pub type RetryProfileReloader = Reloader<ProfilesInForce>;
 
 impl RetryProfileReloader {
     /// Call [`Reloader::run_once`] (or `run`) to load the first set.
     pub fn new(repo: ProfilesRepo, profiles: RetryProfiles) -> RetryProfileReloader {
-        Reloader::of(ProfileSetSource { repo, profiles })
+        Reloader::of(ProfilesInForce { repo, profiles })
     }
 }
 

@@ -36,7 +36,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-rss_mb() { awk '/VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+# VmRSS, and its parts: anonymous memory (the heap, stacks) and file pages
+# (mostly the binary's own code, touched once and shared with the page cache).
+rss_mb() {
+  awk '/^VmRSS/ { r = $2 } /^RssAnon/ { a = $2 } /^RssFile/ { f = $2 }
+    END { printf "%.1f (anon %.1f, file %.1f)", r / 1024, a / 1024, f / 1024 }' "/proc/$1/status"
+}
 used_mb() { redis-cli -p "$1" INFO memory | awk -F: '/^used_memory:/ { printf "%.1f", $2 / 1048576 }'; }
 live() { curl -fsS "$1/metrics" | awk '/^sluice_quota_live_buckets/ { printf "%s=%s ", $1, $2 }'; }
 
@@ -69,7 +74,7 @@ for mode in $MODES; do
   step() {
     local redis=""
     [ -n "$RPORT" ] && redis="  redis used_memory $(used_mb "$RPORT") MB"
-    printf '%-8s %-28s RSS %7s MB%s  %s\n' "$mode" "$1" "$(rss_mb "$SERVER")" "$redis" "$(live "$BASE")"
+    printf '%-8s %-28s RSS %s MB%s  %s\n' "$mode" "$1" "$(rss_mb "$SERVER")" "$redis" "$(live "$BASE")"
   }
   step "start"
   for round in 1 2; do

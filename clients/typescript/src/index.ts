@@ -16,8 +16,8 @@ export interface Target {
   account?: string;
   /**
    * The call's lane (server default `normal`). `low` takes a permit only when
-   * one is free now (send bulk syncs as low); `high` may book one slot beyond
-   * what `normal` may.
+   * one is free now, never a token bucket's last (send bulk syncs as low);
+   * `high` may book one slot beyond what `normal` may.
    */
   priority?: "high" | "normal" | "low";
 }

@@ -121,6 +121,15 @@ fn gcra_booking(state: &BucketState, now: i64, limit: &Limit, cost: u64) -> (i64
     ((tat - gcra_span(limit)).max(now), tat)
 }
 
+/// How long until a token bucket could take `cost` tokens and still have one
+/// more free at that instant, without booking anything: zero when it can now.
+/// The low lane's check that it leaves a token to the others ([`super::lane`]).
+pub(crate) fn token_bucket_wait_leaving_one(state: &BucketState, now: Timestamp, limit: &Limit, cost: u32) -> Duration {
+    let now = now.as_micros();
+    let tat = state.tat.max(now) + gcra_increment(limit, u64::from(cost.max(1))) + gcra_increment(limit, 1);
+    Duration::from_micros(u64::try_from(tat - gcra_span(limit) - now).unwrap_or(0))
+}
+
 /// The earliest instant a request of `cost` may go, given the bookings so far.
 fn earliest(state: &mut BucketState, now: i64, limit: &Limit, cost: u64) -> i64 {
     let w = interval_us(limit);

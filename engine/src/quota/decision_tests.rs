@@ -173,9 +173,9 @@ fn arb_lane() -> impl Strategy<Value = Priority> {
     prop_oneof![Just(Priority::High), Just(Priority::Normal), Just(Priority::Low)]
 }
 
-/// One decision in a lane, as a store makes it: within the lane's horizon.
+/// One decision in a lane, as a store makes it.
 fn decide_in(s: &mut BucketState, now: i64, limit: &Limit, cost: u32, lane: Priority, ceiling: Duration) -> Decision {
-    decide(s, Timestamp::from_micros(now), limit, cost, lane.horizon(limit, cost, ceiling))
+    lane.decide(s, Timestamp::from_micros(now), limit, cost, ceiling)
 }
 
 proptest! {
@@ -214,7 +214,10 @@ proptest! {
 
     /// A high request with no earlier high booking still ahead of it is never
     /// refused for what normal and low booked (with one ceiling for all
-    /// callers), and behind low traffic alone it waits at most its reserve.
+    /// callers), and behind low traffic alone it waits at most its reserve;
+    /// on a token bucket with a burst of 2 or more, a high request of one
+    /// token waits not at all once a token has come back since the last high
+    /// or normal slot (low leaves the last token free).
     #[test]
     fn high_is_never_starved_by_lower_lanes(
         limit in arb_limit(),
@@ -226,6 +229,8 @@ proptest! {
         let mut now = t(0.0).as_micros();
         // The furthest slot booked so far by high and by normal requests.
         let (mut high_ahead, mut normal_ahead) = (i64::MIN, i64::MIN);
+        let one_back = duration_micros(reserve(&limit, 1));
+        let keeps_a_token = limit.algorithm == Algorithm::TokenBucket && limit.burst >= 2;
         for &(gap_ms, cost, lane) in &arrivals {
             now += i64::from(gap_ms) * 1000;
             let cost = cost.min(limit.capacity());
@@ -236,6 +241,9 @@ proptest! {
                 };
                 if normal_ahead <= now {
                     prop_assert!(wait <= reserve(&limit, cost), "high waited {wait:?} behind low traffic only");
+                }
+                if keeps_a_token && cost == 1 && high_ahead.max(normal_ahead).saturating_add(one_back) <= now {
+                    prop_assert_eq!(wait, Duration::ZERO, "low took the token it leaves to high");
                 }
             }
             if let Decision::Granted { wait } = decision {
@@ -273,9 +281,11 @@ proptest! {
 fn low_alone_takes_the_whole_rate() {
     // Low requests polling every millisecond for ten seconds get exactly what
     // the rule allows over that span: the burst (or a window's tokens) and
-    // then every token as it comes back.
+    // then every token as it comes back; on a token bucket, all but the
+    // burst's last token, which low leaves to the other lanes.
     let cases = [
-        (Limit::token_bucket(10, SEC, 5), 5 + 99),
+        (Limit::token_bucket(10, SEC, 5), 4 + 99),
+        (Limit::token_bucket(10, SEC, 1), 1 + 99),
         (Limit::fixed_window(10, SEC), 100),
         (Limit::sliding_log(10, SEC), 100),
     ];
@@ -295,20 +305,24 @@ fn low_alone_takes_the_whole_rate() {
 #[test]
 fn a_high_request_gets_the_next_slot_while_low_keeps_the_bucket_busy() {
     // The worked example of docs/limiter.md: 40 per second (one token every
-    // 25 ms), burst 40. Low traffic has drained the bucket; normal traffic
-    // would now book 25 ms, 50 ms, … ahead, up to its ceiling.
+    // 25 ms), burst 40. Low traffic has taken all but the last token; a high
+    // request takes that one at once; normal traffic then books 25 ms,
+    // 50 ms, … ahead, up to its ceiling.
     let limit = Limit::token_bucket(40, SEC, 40);
     let ceiling = limit.wait_ceiling(Duration::from_secs(30));
     let mut s = BucketState::default();
     let now = t(0.0).as_micros();
-    for _ in 0..40 {
+    for _ in 0..39 {
         assert_eq!(granted(decide_in(&mut s, now, &limit, 1, Priority::Low, ceiling)), Duration::ZERO);
     }
     let refused = decide_in(&mut s, now, &limit, 1, Priority::Low, ceiling);
     assert_eq!(refused, Decision::Refused { retry_after: Duration::from_millis(25) });
-    assert_eq!(granted(decide_in(&mut s, now, &limit, 1, Priority::High, ceiling)), Duration::from_millis(25));
+    assert_eq!(granted(decide_in(&mut s, now, &limit, 1, Priority::High, ceiling)), Duration::ZERO);
+    // Low waits until two tokens are back (one for it, one left free).
+    let refused = decide_in(&mut s, now, &limit, 1, Priority::Low, ceiling);
+    assert_eq!(refused, Decision::Refused { retry_after: Duration::from_millis(50) });
     // Normal traffic books up to its ceiling (30 s: 1200 slots); high still gets one beyond it.
-    for i in 2..=1200u64 {
+    for i in 1..=1200u64 {
         assert_eq!(granted(decide_in(&mut s, now, &limit, 1, Priority::Normal, ceiling)), Duration::from_millis(25 * i));
     }
     assert!(matches!(decide_in(&mut s, now, &limit, 1, Priority::Normal, ceiling), Decision::Refused { .. }));

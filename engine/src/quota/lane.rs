@@ -10,13 +10,19 @@
 //!   may take, so a high request arriving while normal traffic has booked
 //!   everything up to its ceiling still gets a slot.
 //! - `low`: no horizon at all: a permit only when one is free *now*, never a
-//!   booking into the future. Alone, low takes the whole rate (every slot
-//!   that comes free is free now for the next low request); next to other
-//!   lanes it never holds a slot they could want, so a high request behind
-//!   any amount of low traffic waits at most one reserved slot.
+//!   booking into the future; and on a token bucket whose burst is larger
+//!   than the request, only while one more token than it asks for is free:
+//!   low leaves the last token of the bucket to the other lanes. Alone, low
+//!   takes the whole rate (every token that comes back is free now for the
+//!   next low request; only the burst's last token stays unused); next to
+//!   other lanes it never holds a slot they could want, so a high request
+//!   behind any amount of low traffic waits at most one reserved slot, and
+//!   on a token bucket with a burst of 2 or more, not at all once a token has
+//!   come back since the last high or normal booking.
 //!
 //! Nothing is granted beyond what the rule allows: lanes only refuse more.
-//! The Redis script (`lua/quota.lua`, `lane_horizon`) mirrors [`Priority::horizon`].
+//! The Redis script (`lua/quota.lua`, `lane_horizon` and the low lane's
+//! check in `decide`) mirrors [`Priority::decide`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -24,8 +30,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::decision::gcra_increment;
+use super::decision::{self, gcra_increment, BucketState, Decision};
 use super::rule::{Algorithm, Limit};
+use crate::clock::Timestamp;
 
 /// The lane a permit request asks in. Default `normal`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -51,6 +58,19 @@ impl Priority {
             Priority::Normal => "normal",
             Priority::Low => "low",
         }
+    }
+
+    /// Decide a request of `cost` in this lane ([`decision::decide`] within
+    /// the lane's [`horizon`](Self::horizon)); `low` on a token bucket also
+    /// leaves one token free for the other lanes when the burst allows it.
+    pub fn decide(self, state: &mut BucketState, now: Timestamp, limit: &Limit, cost: u32, ceiling: Duration) -> Decision {
+        if self == Priority::Low && limit.algorithm == Algorithm::TokenBucket && limit.burst > cost.max(1) {
+            let short = decision::token_bucket_wait_leaving_one(state, now, limit, cost);
+            if !short.is_zero() {
+                return Decision::Refused { retry_after: short };
+            }
+        }
+        decision::decide(state, now, limit, cost, self.horizon(limit, cost, ceiling))
     }
 
     /// The longest wait this lane may book, given the rule's wait ceiling

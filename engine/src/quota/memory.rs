@@ -356,8 +356,7 @@ fn decide_slot(s: &mut Slot, now: Timestamp, args: &DecideArgs) -> StoreDecision
             return StoreDecision::Refused { reason: RefusalReason::ConcurrencyLimit, retry_after: None };
         }
     }
-    let horizon = args.lane.horizon(&args.limit, args.cost, args.ceiling);
-    match decision::decide(&mut s.state, now, &args.limit, args.cost, horizon) {
+    match args.lane.decide(&mut s.state, now, &args.limit, args.cost, args.ceiling) {
         Decision::Granted { wait } => {
             if args.limit.algorithm != Algorithm::TokenBucket {
                 s.note_relevance(&args.limit);

@@ -46,7 +46,8 @@
 //! 2 × interval + 5 s for rules with `tokens == 1`. The refusal's
 //! `retry_after` is the full time until the free slot. A request's priority
 //! lane ([`lane`]) moves that horizon and nothing else: `high` one reserved
-//! slot beyond the ceiling, `low` to zero (only a slot free now).
+//! slot beyond the ceiling, `low` to zero (only a slot free now; on a token
+//! bucket, never the last free token).
 //!
 //! A 429 ([`Limiter::penalize`]) blocks the bucket until max(now + one token's
 //! refill or the rule's `min_penalty`, now + Retry-After); for the token

@@ -32,8 +32,9 @@ class Target:
     """Which upstream call is meant; resolves to one limit rule on the server.
 
     ``priority`` is the call's lane: ``"high"``, ``"normal"`` (the server's
-    default) or ``"low"``. Low takes a permit only when one is free now (send
-    bulk syncs as low); high may book one slot beyond what normal may.
+    default) or ``"low"``. Low takes a permit only when one is free now, and
+    on a token bucket never the last one (send bulk syncs as low); high may
+    book one slot beyond what normal may.
     """
 
     scope: str

@@ -111,6 +111,7 @@ end
 
 -- Priority lanes (engine/src/quota/lane.rs): high may book one slot of its
 -- size beyond the ceiling, low only what is free now, normal the ceiling.
+-- (Low's token-bucket reserve is checked in 'decide' below.)
 local function lane_horizon(lane, ceiling, cost)
   if lane == 'high' then
     if algo == 'token_bucket' then return ceiling + inc(cost) end
@@ -165,7 +166,13 @@ if op == 'decide' then
   end
   local at = earliest(cost)
   local wait = at - now
-  if wait > lane_horizon(lane, ceiling, cost) then
+  local refuse = wait > lane_horizon(lane, ceiling, cost)
+  if lane == 'low' and algo == 'token_bucket' and burst > cost then
+    -- Low leaves the bucket's last token to the other lanes (Priority::decide).
+    local short = math.max(tat, now) + inc(cost) + inc(1) - span - now
+    if short > 0 then refuse, wait = true, short end
+  end
+  if refuse then
     stat('refused:wait_ceiling_exceeded', 1)
     lane_stat(lane, 'refused', 1)
     if shadow then stat('shadow_blocks', 1) end

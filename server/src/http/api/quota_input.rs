@@ -90,7 +90,8 @@ pub fn priority_schema() -> utoipa::openapi::Object {
         .default(Some(serde_json::json!("normal")))
         .description(Some(
             "The lane of the request (docs/limiter.md, Priority lanes): `normal` books ahead up to the wait \
-             ceiling, `high` one slot beyond it, `low` takes a permit only when one is free now. Accepted and \
+             ceiling, `high` one slot beyond it, `low` takes a permit only when one is free now \
+             (and, on a token bucket, never the last free token). Accepted and \
              ignored where it does not apply (penalties, breaker reports).",
         ))
         .build()

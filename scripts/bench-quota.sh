@@ -7,7 +7,8 @@
 # the share of requests answered 429.
 # Usage: scripts/bench-quota.sh [extra quota_bench run options, e.g. --windows 30]
 #        scripts/bench-quota.sh lanes [options]: priority lanes, 8 processes of
-#        `low` requests keep the bucket busy while `high` requests come now and
+#        `low` requests keep the bucket busy (a token bucket, burst 2 by
+#        default: --burst) while `high` requests come now and
 #        then; prints high's wait (p95 in emission intervals, target <= 1) and
 #        the total answered against what the rule allows.
 # Redis: SLUICE_BENCH_REDIS_URL (default redis://127.0.0.1:6379); each run

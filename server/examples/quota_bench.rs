@@ -19,8 +19,9 @@
 //! rate, and the share of requests answered 429.
 //!
 //! `lanes` (priority lanes, docs/limiter.md): K processes of `low` requests
-//! keep the shared bucket busy (a token bucket at the upstream's rate with a
-//! burst of 1, so it never sends two into one emission interval) while one
+//! keep the shared bucket busy (a token bucket with a burst of `--burst`,
+//! default 2, at `burst − 1` fewer tokens per window than the upstream's
+//! limit, so no upstream window ever sees more than its limit) while one
 //! more process sends a `high` request now and then. Reported: high's waits
 //! from asking to holding its permit (p50, p95, max, in ms and in emission
 //! intervals), and the total answered against what the rule allows.
@@ -70,6 +71,20 @@ struct Shape {
     /// Concurrent tasks in each worker process.
     #[arg(long, default_value_t = 4)]
     tasks: usize,
+    /// `lanes` mode: the rule's burst. Low leaves a token bucket's last token
+    /// to the other lanes only when the burst exceeds the request (1).
+    #[arg(long, default_value_t = 2)]
+    burst: u32,
+}
+
+impl Shape {
+    /// `lanes` mode's rule: a token bucket of `burst`, at a rate that keeps
+    /// every upstream window within its limit (a burst of b can add b − 1 to
+    /// what the rate puts into one window).
+    fn lanes_limit(&self) -> Limit {
+        let burst = self.burst.clamp(1, self.limit.max(1));
+        Limit::token_bucket(self.limit.max(1) - (burst - 1), Duration::from_millis(self.window_ms), burst)
+    }
 }
 
 #[derive(Subcommand)]
@@ -233,7 +248,7 @@ fn spawn_worker(exe: &std::path::Path, shape: &Shape, run: &Run<'_>, priority: P
         .args(["worker", "--mode", mode_name(run.mode), "--upstream", run.upstream, "--redis", run.redis])
         .args(["--prefix", run.prefix, "--start-ms", &start_ms.to_string(), "--end-ms", &end_ms.to_string()])
         .args(["--limit", &shape.limit.to_string(), "--window-ms", &shape.window_ms.to_string()])
-        .args(["--tasks", &shape.tasks.to_string(), "--priority", priority.as_str()])
+        .args(["--tasks", &shape.tasks.to_string(), "--burst", &shape.burst.to_string(), "--priority", priority.as_str()])
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -250,8 +265,12 @@ async fn report_of(child: tokio::process::Child) -> anyhow::Result<Report> {
 
 /// K `low` processes keep the bucket busy; one `high` process asks now and then.
 async fn run_lanes(exe: &std::path::Path, shape: &Shape, ks: &[usize], windows: u64, redis: &str) -> anyhow::Result<()> {
-    let emission = Duration::from_millis(shape.window_ms) / shape.limit.max(1);
-    println!("\nlanes: token bucket {} per {} ms, burst 1 (emission interval {emission:?}); {} tasks per low process\n", shape.limit, shape.window_ms, shape.tasks);
+    let rule = shape.lanes_limit();
+    let emission = rule.interval / rule.tokens;
+    println!(
+        "\nlanes: upstream {} per {} ms; rule: token bucket {} per {} ms, burst {} (emission interval {emission:?}); {} tasks per low process\n",
+        shape.limit, shape.window_ms, rule.tokens, shape.window_ms, rule.burst, shape.tasks
+    );
     println!("| low processes | allowed | answered 2xx | answered 429 | high requests | high refused | high wait p50 | p95 | max | p95 in emission intervals | booked wait p95 | max |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for &k in ks {
@@ -286,7 +305,7 @@ async fn run_lanes(exe: &std::path::Path, shape: &Shape, ks: &[usize], windows: 
         let pct = |q: f64| at(&waits, q);
         let ms = |us: u64| format!("{:.1} ms", us as f64 / 1000.0);
         // What the rule allows over the run: the burst plus one per emission interval.
-        let allowed = 1 + u64::from(shape.limit) * windows;
+        let allowed = u64::from(rule.burst) + u64::from(rule.tokens) * windows;
         println!(
             "| {k} | {allowed} | {} | {} | {} | {} | {} | {} | {} | **{:.2}** | {} | {} |",
             total.ok,
@@ -325,12 +344,12 @@ async fn worker(shape: &Shape, run: &Run<'_>, lane: Lane) -> anyhow::Result<Repo
         Mode::Naive => Arc::new(MemoryStore::new(clock.clone())),
     };
     // The upstream's own limit: as fixed windows, or (lanes) as a token bucket
-    // at its rate with a burst of 1, which never puts more into one of its
-    // windows than it allows and has an emission interval to measure waits in.
+    // that never puts more into one of its windows than it allows and has an
+    // emission interval to measure waits in (`Shape::lanes_limit`).
     // A fixed id: the bucket key names the rule, and every process must hit the same bucket.
     let window = Duration::from_millis(shape.window_ms);
     let limit = match mode {
-        Mode::Lanes => Limit::token_bucket(shape.limit, window, 1),
+        Mode::Lanes => shape.lanes_limit(),
         Mode::Sluice | Mode::Naive => Limit::fixed_window(shape.limit, window),
     };
     let rule = Rule::new(SCOPE, None, None, limit).with_id("bench");

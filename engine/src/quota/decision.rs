@@ -121,13 +121,18 @@ fn gcra_booking(state: &BucketState, now: i64, limit: &Limit, cost: u64) -> (i64
     ((tat - gcra_span(limit)).max(now), tat)
 }
 
-/// How long until a token bucket could take `cost` tokens and still have one
-/// more free at that instant, without booking anything: zero when it can now.
-/// The low lane's check that it leaves a token to the others ([`super::lane`]).
+/// How long until a token bucket holds `cost` tokens and one more, without
+/// booking anything: zero when it does now. The low lane's check that it
+/// leaves a token to the others ([`super::lane`]). Exact, unlike a booking of
+/// `cost + 1` (whose increments round up and whose span rounds down, so a
+/// full bucket of 2 could never pass it): the bucket's debt (`tat − now`)
+/// may be at most `(burst − cost − 1) × interval / tokens`, rounded down.
 pub(crate) fn token_bucket_wait_leaving_one(state: &BucketState, now: Timestamp, limit: &Limit, cost: u32) -> Duration {
     let now = now.as_micros();
-    let tat = state.tat.max(now) + gcra_increment(limit, u64::from(cost.max(1))) + gcra_increment(limit, 1);
-    Duration::from_micros(u64::try_from(tat - gcra_span(limit) - now).unwrap_or(0))
+    let spare = u128::from(limit.burst.saturating_sub(cost.max(1)).saturating_sub(1));
+    let allowed = spare * u128::from(interval_us(limit).unsigned_abs()) / u128::from(limit.tokens.max(1));
+    let debt = state.tat.max(now) - now;
+    Duration::from_micros(u64::try_from(i128::from(debt) - i128::try_from(allowed).unwrap_or(i128::MAX)).unwrap_or(0))
 }
 
 /// The earliest instant a request of `cost` may go, given the bookings so far.

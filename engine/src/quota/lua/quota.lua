@@ -169,7 +169,7 @@ if op == 'decide' then
   local refuse = wait > lane_horizon(lane, ceiling, cost)
   if lane == 'low' and algo == 'token_bucket' and burst > cost then
     -- Low leaves the bucket's last token to the other lanes (Priority::decide).
-    local short = math.max(tat, now) + inc(cost) + inc(1) - span - now
+    local short = math.max(tat, now) - now - fdiv((burst - cost - 1) * w, tokens)
     if short > 0 then refuse, wait = true, short end
   end
   if refuse then

@@ -4,6 +4,18 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+#[cfg(all(target_os = "linux", not(target_env = "msvc")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's settings, read at its start: a background thread hands pages
+/// freed for a second back to the system, so resident memory follows what
+/// is held now, not the busiest hour (docs/decisions.md).
+#[cfg(all(target_os = "linux", not(target_env = "msvc")))]
+#[allow(non_upper_case_globals, unsafe_code)]
+#[export_name = "_rjem_malloc_conf"]
+pub static malloc_conf: &[u8; 60] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 use sluice::config::{redact_url, Settings};
 use sluice::startup::{connect_and_migrate, ensure_first_admin, shutdown_signal, Application};
 use sluice::telemetry::init_tracing;

@@ -7,6 +7,11 @@
 //! what is held now. `malloc_trim` gives the free pages of every arena back
 //! (`madvise(MADV_DONTNEED)`); the next allocations reuse the address space.
 //! Other allocators and systems: nothing to do here.
+//!
+//! The `sluice` binary puts Rust's allocations on jemalloc, which returns
+//! freed pages by itself (docs/decisions.md); there this reaches what is
+//! still on glibc's heap, C code's allocations (SQLite's page caches). A
+//! library user on the system allocator gets the full effect.
 
 /// Give memory already freed back to the operating system. Blocking: it
 /// walks the allocator's free lists (milliseconds for hundreds of MB), so

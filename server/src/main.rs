@@ -4,6 +4,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use sluice::config::{redact_url, Settings};
+use sluice::startup::{connect_and_migrate, ensure_first_admin, shutdown_signal, Application};
+use sluice::telemetry::init_tracing;
+use sluice_engine::tokens::{create_token, revoke_token, ApiScope};
+use sluice_engine::audit::{self, AuditAction, AuditEntry};
+use sluice_engine::clock::{Clock, SystemClock};
+use sluice_engine::users;
 
 #[cfg(all(target_os = "linux", not(target_env = "msvc")))]
 #[global_allocator]
@@ -16,13 +23,6 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[allow(non_upper_case_globals, unsafe_code)]
 #[export_name = "_rjem_malloc_conf"]
 pub static malloc_conf: &[u8; 60] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
-use sluice::config::{redact_url, Settings};
-use sluice::startup::{connect_and_migrate, ensure_first_admin, shutdown_signal, Application};
-use sluice::telemetry::init_tracing;
-use sluice_engine::tokens::{create_token, revoke_token, ApiScope};
-use sluice_engine::audit::{self, AuditAction, AuditEntry};
-use sluice_engine::clock::{Clock, SystemClock};
-use sluice_engine::users;
 
 #[derive(Parser)]
 #[command(name = "sluice", version, about = "Shared API quotas and webhook deliveries, kept honest.")]

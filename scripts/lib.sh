@@ -81,7 +81,10 @@ build_site() {
   rm -rf "$SITE_DIR" && mkdir -p "$SITE_DIR/pkg"
   wasm-bindgen --target web --no-typescript --out-dir "$SITE_DIR/pkg" --out-name sluice "$wasm"
   # Debian's binaryen (108) breaks hydration; the npm build (132) is known good.
-  "$ROOT/end2end/node_modules/.bin/wasm-opt" -Oz --enable-bulk-memory --enable-nontrapping-float-to-int \
+  # --converge repeats -Oz until the module stops shrinking (about 0.6 % of
+  # the brotli size, half a minute): docs/benchmarks.md, "Browser client size".
+  "$ROOT/end2end/node_modules/.bin/wasm-opt" -Oz --converge --strip-debug --strip-producers \
+    --enable-bulk-memory --enable-nontrapping-float-to-int \
     -o "$SITE_DIR/pkg/sluice_bg.wasm" "$SITE_DIR/pkg/sluice_bg.wasm"
   cp "$ROOT/style/sluice.css" "$SITE_DIR/pkg/sluice.css"
   cp -r "$ROOT/public/." "$SITE_DIR/"

@@ -34,7 +34,7 @@ pub async fn logout() -> Result<(), ServerFnError> {
 }
 
 /// The signed-in user as a resource, provided once by the shell.
-pub type UserResource = Resource<Result<Option<SessionUser>, ServerFnError>>;
+pub type UserResource = crate::codec::JsonResource<Result<Option<SessionUser>, ServerFnError>>;
 
 /// The signed-in user's role, if known yet: for showing or hiding controls.
 pub fn use_role() -> Signal<Option<Role>> {

@@ -7,6 +7,7 @@
 //! structs in [`model`]. One page per file in [`pages`].
 
 pub mod auth;
+pub mod codec;
 pub mod components;
 pub mod format;
 pub mod live;

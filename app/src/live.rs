@@ -132,7 +132,7 @@ mod client {
             let on_data = on_data.clone();
             let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |ev: MessageEvent| {
                 if let Some(text) = ev.data().as_string() {
-                    match serde_json::from_str::<T>(&text) {
+                    match serde_json::from_slice::<T>(text.as_bytes()) {
                         Ok(value) => {
                             on_data(value);
                             set_seconds.set(0);

@@ -114,7 +114,7 @@ pub fn App() -> impl IntoView {
 #[component]
 fn Frame(hydrated: RwSignal<bool>) -> impl IntoView {
     let location = leptos_router::hooks::use_location();
-    let user: UserResource = Resource::new(move || location.pathname.get(), |_| current_user());
+    let user: UserResource = crate::codec::resource(move || location.pathname.get(), |_| current_user());
     provide_context(user);
     view! {
             <div class="frame" data-hydrated=move || hydrated.get().to_string()>

@@ -125,7 +125,7 @@ fn RetentionNote(days: u64) -> impl IntoView {
 pub fn AuditPage() -> impl IntoView {
     let query = use_query_map();
     let get = move |name: &'static str| query.with(|q| q.get(name)).unwrap_or_default();
-    let page = Resource::new(
+    let page = crate::codec::resource(
         move || (get("actor"), get("action"), get("target"), get("before")),
         |(actor, action, target, before)| list_audit(actor, action, target, before),
     );

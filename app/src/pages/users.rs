@@ -219,7 +219,7 @@ pub fn UsersPage() -> impl IntoView {
     let remove = ServerAction::<RemoveUser>::new();
     let add_token = ServerAction::<AddToken>::new();
     let revoke = ServerAction::<RevokeToken>::new();
-    let accounts = Resource::new(
+    let accounts = crate::codec::resource(
         move || {
             (
                 add_user.version().get(),

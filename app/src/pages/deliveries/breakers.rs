@@ -203,7 +203,7 @@ pub fn BreakersPage() -> impl IntoView {
     let reset_upstream = ServerAction::<ResetUpstreamBreaker>::new();
     let role = use_role();
     let can_reset = move || role.get().is_some_and(|r| r.allows(Role::Support));
-    let data = Resource::new(move || (reset_merchant.version().get(), reset_upstream.version().get()), |_| list_breakers());
+    let data = crate::codec::resource(move || (reset_merchant.version().get(), reset_upstream.version().get()), |_| list_breakers());
     let notice = move || {
         [reset_merchant.value().get(), reset_upstream.value().get()].into_iter().flatten().next().map(|r| match r {
             Ok(()) => view! { <p class="notice" role="status" data-testid="reset-done">"Breaker reset; recorded in the audit log."</p> }.into_any(),

@@ -217,7 +217,7 @@ pub fn DeliveryPage() -> impl IntoView {
     let id = move || params.with(|p| p.get("id").unwrap_or_default());
     let redeliver = ServerAction::<Redeliver>::new();
     let retry = ServerAction::<RetryNow>::new();
-    let detail = Resource::new(
+    let detail = crate::codec::resource(
         move || (id(), redeliver.version().get(), retry.version().get()),
         |(id, _, _)| delivery_detail(id),
     );

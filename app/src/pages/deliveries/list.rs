@@ -216,7 +216,7 @@ enum Bulk {
 pub fn DeliveriesPage() -> impl IntoView {
     let query = use_query_map();
     let filter = Memo::new(move |_| query.with(|q| DeliveryQuery::from_pairs(|k| q.get(k))));
-    let page = Resource::new(
+    let page = crate::codec::resource(
         move || query.get(),
         |q| {
             let filter = DeliveryQuery::from_pairs(|k| q.get(k));

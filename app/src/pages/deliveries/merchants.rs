@@ -203,7 +203,7 @@ pub fn MerchantsPage() -> impl IntoView {
     let rotate = ServerAction::<RotateSecret>::new();
     let role = use_role();
     let is_admin = move || role.get().is_some_and(|r| r.allows(Role::Admin));
-    let merchants = Resource::new(
+    let merchants = crate::codec::resource(
         move || (create.version().get(), set_url.version().get(), rotate.version().get()),
         |_| list_merchants(),
     );

@@ -43,7 +43,7 @@ pub(super) fn NewRule(action: ServerAction<CreateRule>) -> impl IntoView {
 pub(super) fn EditRule(id: String, action: ServerAction<UpdateRule>) -> impl IntoView {
     // Keyed on the id only: a failed submit must not reset what was typed.
     let rule_id = id.clone();
-    let rule = Resource::new(move || rule_id.clone(), get_rule);
+    let rule = crate::codec::resource(move || rule_id.clone(), get_rule);
     let result = Signal::derive(move || action.value().get());
     let errors = Signal::derive(move || errors_of(result.get()));
     view! {
@@ -151,7 +151,7 @@ fn RuleFields(initial: Option<RuleRow>, errors: Signal<Vec<FieldError>>) -> impl
 #[component]
 pub(super) fn RuleHistory(id: String) -> impl IntoView {
     let rule_id = id.clone();
-    let history = Resource::new(move || rule_id.clone(), rule_history);
+    let history = crate::codec::resource(move || rule_id.clone(), rule_history);
     view! {
         <section class="card" data-testid="rule-history">
             <h2>"History of " <span class="mono">{id}</span></h2>

@@ -35,7 +35,7 @@ pub fn LimitsPage() -> impl IntoView {
             }
         });
     }
-    let rules = Resource::new(move || writes.get(), |_| list_rules());
+    let rules = crate::codec::resource(move || writes.get(), |_| list_rules());
     let query = use_query_map();
     let param = move |name: &'static str| query.with(|q| q.get(name)).filter(|v| !v.is_empty());
     let role = use_role();

@@ -210,7 +210,7 @@ fn summary(r: &ProfileRow) -> String {
 pub fn RetryProfilesSection() -> impl IntoView {
     let set = ServerAction::<SetProfile>::new();
     let remove = ServerAction::<DeleteProfile>::new();
-    let profiles = Resource::new(
+    let profiles = crate::codec::resource(
         move || (matches!(set.value().get(), Some(Ok(ProfileSaved::Ok(_)))), set.version().get(), remove.version().get()),
         |_| list_profiles(),
     );

@@ -120,13 +120,13 @@ pub fn OverviewPage() -> impl IntoView {
             on_cleanup(move || handle.clear());
         }
     });
-    let health = Resource::new(move || generation.get(), |_| get_health());
-    let attention = Resource::new(move || generation.get(), |_| get_attention());
+    let health = crate::codec::resource(move || generation.get(), |_| get_health());
+    let attention = crate::codec::resource(move || generation.get(), |_| get_attention());
     let query = leptos_router::hooks::use_query_map();
     let hours = Memo::new(move |_| {
         crate::pages::quotas::chart_hours(query.with(|q| q.get("hours").and_then(|h| h.parse().ok())))
     });
-    let dashboard = Resource::new(move || (hours.get(), generation.get()), |(h, _)| get_dashboard(Some(h)));
+    let dashboard = crate::codec::resource(move || (hours.get(), generation.get()), |(h, _)| get_dashboard(Some(h)));
 
     view! {
         <Title text="Overview"/>

@@ -17,7 +17,7 @@ pub fn QuotaAccountPage() -> impl IntoView {
     let query = use_query_map();
     let account = Memo::new(move |_| params.with(|p| p.get("account").unwrap_or_default()));
     let hours = Memo::new(move |_| chart_hours(query.with(|q| q.get("hours").and_then(|h| h.parse().ok()))));
-    let data = Resource::new(move || (account.get(), hours.get()), |(a, h)| account_quotas(a, Some(h)));
+    let data = crate::codec::resource(move || (account.get(), hours.get()), |(a, h)| account_quotas(a, Some(h)));
     let latest = RwSignal::new(None::<QuotasView>);
     let stream_url =
         Memo::new(move |_| format!("/ui/stream/quotas?exact=true&account={}", percent_encode(&account.get())));

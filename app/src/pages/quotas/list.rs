@@ -18,7 +18,7 @@ pub fn QuotasPage() -> impl IntoView {
     let search = Memo::new(move |_| {
         query.with(|q| (q.get("account").unwrap_or_default(), q.get("page").and_then(|p| p.parse::<u32>().ok())))
     });
-    let data = Resource::new(move || search.get(), |(account, page)| list_quotas(Some(account), page));
+    let data = crate::codec::resource(move || search.get(), |(account, page)| list_quotas(Some(account), page));
     // Updates from the stream replace the server-rendered page.
     let latest = RwSignal::new(None::<QuotasView>);
     let stream_url = Memo::new(move |_| {

@@ -24,6 +24,22 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[export_name = "_rjem_malloc_conf"]
 pub static malloc_conf: &[u8; 60] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
+/// jemalloc's own account of its memory, for `/metrics`
+/// ([`sluice::telemetry::AllocatorStats`]).
+#[cfg(all(target_os = "linux", not(target_env = "msvc")))]
+fn jemalloc_stats() -> Option<sluice::telemetry::AllocatorStats> {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    // The statistics are a snapshot taken when the epoch advances.
+    epoch::advance().ok()?;
+    Some(sluice::telemetry::AllocatorStats {
+        allocated: stats::allocated::read().ok()? as u64,
+        active: stats::active::read().ok()? as u64,
+        metadata: stats::metadata::read().ok()? as u64,
+        resident: stats::resident::read().ok()? as u64,
+        retained: stats::retained::read().ok()? as u64,
+    })
+}
+
 #[derive(Parser)]
 #[command(name = "sluice", version, about = "Shared API quotas and webhook deliveries, kept honest.")]
 struct Cli {
@@ -115,6 +131,8 @@ fn main() -> ExitCode {
         }
     };
     init_tracing(&settings.log, settings.log_format);
+    #[cfg(all(target_os = "linux", not(target_env = "msvc")))]
+    sluice::telemetry::set_allocator_stats(jemalloc_stats);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -98,8 +98,8 @@ pub fn record_events_accepted(n: u64) {
 
 /// Gauges read from shared state just before a scrape: the outbox by status
 /// (the queue depth is its PENDING count), merchant breakers that are not
-/// closed, the quota buckets each store holds and this process's resident
-/// memory. Counters of decisions, waits, penalties and delivery results are
+/// closed, the quota buckets each store holds, this process's resident
+/// memory and what its allocator holds ([`AllocatorStats`]). Counters of decisions, waits, penalties and delivery results are
 /// kept as they happen (engine `quota::metrics`, `delivery::worker`).
 /// A failed read leaves the previous values and is logged.
 pub async fn refresh_gauges(deliveries: &sluice_engine::delivery::DeliveryStore, limiter: &Limiter) {
@@ -115,6 +115,7 @@ pub async fn refresh_gauges(deliveries: &sluice_engine::delivery::DeliveryStore,
         // The name Prometheus' own client libraries use for this.
         metrics::gauge!("process_resident_memory_bytes").set(bytes as f64);
     }
+    record_allocator_stats();
     use sluice_engine::delivery::BreakerStatus;
     match deliveries.status_counts().await {
         Ok(c) => {
@@ -133,6 +134,44 @@ pub async fn refresh_gauges(deliveries: &sluice_engine::delivery::DeliveryStore,
             }
         }
         Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "metrics: reading breakers"),
+    }
+}
+
+/// What the process's allocator says it holds, in bytes: `allocated` by the
+/// program now, `active` in pages that hold some of it, `metadata` for its
+/// own bookkeeping, `resident` in physical memory, `retained` as address
+/// space kept for reuse but given back to the system. `resident` well above
+/// `allocated` is memory held in partly used pages (fragmentation), which
+/// the background thread cannot return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocatorStats {
+    pub allocated: u64,
+    pub active: u64,
+    pub metadata: u64,
+    pub resident: u64,
+    pub retained: u64,
+}
+
+static ALLOCATOR_STATS: std::sync::OnceLock<fn() -> Option<AllocatorStats>> = std::sync::OnceLock::new();
+
+/// Name how to read the allocator's statistics. The `sluice` binary sets
+/// this for jemalloc at start; elsewhere (tests, the library in another
+/// program) there is none and `/metrics` leaves the
+/// `sluice_allocator_bytes` gauges out. Later calls are ignored.
+pub fn set_allocator_stats(read: fn() -> Option<AllocatorStats>) {
+    let _ = ALLOCATOR_STATS.set(read);
+}
+
+fn record_allocator_stats() {
+    let Some(stats) = ALLOCATOR_STATS.get().and_then(|read| read()) else { return };
+    for (kind, bytes) in [
+        ("allocated", stats.allocated),
+        ("active", stats.active),
+        ("metadata", stats.metadata),
+        ("resident", stats.resident),
+        ("retained", stats.retained),
+    ] {
+        metrics::gauge!("sluice_allocator_bytes", "kind" => kind).set(bytes as f64);
     }
 }
 

@@ -71,3 +71,52 @@ fn a_failed_migration_stops_the_process() {
         assert!(stderr.contains("migration failed"), "{cmd}: {stderr}");
     }
 }
+
+/// The binary runs on jemalloc and says on `/metrics` what it holds; the
+/// library alone (what the other tests run) has no allocator to ask.
+#[tokio::test]
+async fn the_binary_reports_its_allocator_on_metrics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = crate::helpers::closed_port();
+    let child = sluice()
+        .env("SLUICE_DATA_DIR", dir.path())
+        .env("SLUICE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("SLUICE_DELIVERY_WORKER", "false")
+        .env("SLUICE_LOG", "warn")
+        .arg("serve")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start sluice serve");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _stop = Kill(child);
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut text = None;
+    for _ in 0..300 {
+        if let Ok(r) = client.get(format!("{url}/metrics")).send().await {
+            text = Some(r.text().await.expect("metrics body"));
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let text = text.expect("sluice serve answered within 15 s");
+    let bytes = |kind: &str| -> f64 {
+        let name = format!("sluice_allocator_bytes{{kind=\"{kind}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(name.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name}in {text}"))
+    };
+    let (allocated, active, metadata, resident) = (bytes("allocated"), bytes("active"), bytes("metadata"), bytes("resident"));
+    assert!(allocated > 100_000.0, "a running server has allocated something: {allocated}");
+    assert!(active >= allocated, "pages in use hold what is allocated: {active} < {allocated}");
+    assert!(metadata > 0.0, "{metadata}");
+    assert!(resident >= active, "what is resident includes the active pages: {resident} < {active}");
+    bytes("retained");
+}

@@ -42,8 +42,14 @@ rss_mb() {
   awk '/^VmRSS/ { r = $2 } /^RssAnon/ { a = $2 } /^RssFile/ { f = $2 }
     END { printf "%.1f (anon %.1f, file %.1f)", r / 1024, a / 1024, f / 1024 }' "/proc/$1/status"
 }
-used_mb() { redis-cli -p "$1" INFO memory | awk -F: '/^used_memory:/ { printf "%.1f", $2 / 1048576 }'; }
+used_mb() { redis-cli -p "$1" INFO memory | awk -F: '/^used_memory:/ { printf "%.2f", $2 / 1048576 }'; }
 live() { curl -fsS "$1/metrics" | awk '/^sluice_quota_live_buckets/ { printf "%s=%s ", $1, $2 }'; }
+# jemalloc's account (MB): allocated (in use), active (pages holding some),
+# metadata (its own bookkeeping), resident.
+alloc() {
+  curl -fsS "$1/metrics" | awk '/^sluice_allocator_bytes/ { match($1, /kind="[a-z]+"/); v[substr($1, RSTART + 6, RLENGTH - 7)] = $2 / 1048576 }
+    END { printf "jemalloc allocated %.1f active %.1f metadata %.1f resident %.1f MB", v["allocated"], v["active"], v["metadata"], v["resident"] }'
+}
 
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
 for mode in $MODES; do
@@ -74,7 +80,8 @@ for mode in $MODES; do
   step() {
     local redis=""
     [ -n "$RPORT" ] && redis="  redis used_memory $(used_mb "$RPORT") MB"
-    printf '%-8s %-28s RSS %s MB%s  %s\n' "$mode" "$1" "$(rss_mb "$SERVER")" "$redis" "$(live "$BASE")"
+    printf '%-8s %-28s RSS %s MB%s  %s\n%-8s %-28s %s\n' "$mode" "$1" "$(rss_mb "$SERVER")" "$redis" "$(live "$BASE")" \
+      "" "" "$(alloc "$BASE")"
   }
   step "start"
   for round in 1 2; do
@@ -101,10 +108,40 @@ for mode in $MODES; do
       sleep 10
     done
     step "keys left: $(redis-cli -p "$RPORT" DBSIZE)"
+    # What of the remainder is Redis's slow log (at most 128 entries, each
+    # with a copy of its command's arguments), not Sluice's data.
+    printf '%-8s slowlog entries %s; after SLOWLOG RESET used_memory %s MB\n' "$mode" \
+      "$(redis-cli -p "$RPORT" SLOWLOG LEN)" "$(redis-cli -p "$RPORT" SLOWLOG RESET > /dev/null; used_mb "$RPORT")"
   fi
   kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
   [ -n "$RPORT" ] && redis-cli -p "$RPORT" shutdown nosave > /dev/null 2>&1 || true
 done
+if [[ " $MODES " == *" redis "* ]]; then
+  # The reference for Redis's remainder: the same number of plain keys with a
+  # TTL (SET ... EX) on a bare redis-server of its own, no Sluice involved.
+  RPORT="$(free_port)"
+  redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" > "$WORK/redis-ref.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 50); do redis-cli -p "$RPORT" ping > /dev/null 2>&1 && break; sleep 0.1; done
+  before="$(used_mb "$RPORT")"
+  python3 -c '
+import sys
+out = sys.stdout.write
+for i in range(int(sys.argv[1])):
+    k = "ref:acct:%d" % i
+    out("*5\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$40\r\n%s\r\n$2\r\nEX\r\n$2\r\n20\r\n" % (len(k), k, "x" * 40))
+' "$N" | redis-cli -p "$RPORT" --pipe > /dev/null
+  loaded="$(used_mb "$RPORT")"
+  for _ in $(seq 60); do
+    [ "$(redis-cli -p "$RPORT" DBSIZE)" -eq 0 ] && break
+    sleep 5
+  done
+  sleep 5
+  redis-cli -p "$RPORT" SLOWLOG RESET > /dev/null
+  printf 'reference: bare Redis, %s keys SET with EX 20: used_memory %s MB -> %s MB -> %s MB once expired (keys left %s)\n' \
+    "$N" "$before" "$loaded" "$(used_mb "$RPORT")" "$(redis-cli -p "$RPORT" DBSIZE)"
+  redis-cli -p "$RPORT" shutdown nosave > /dev/null 2>&1 || true
+fi
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 echo

@@ -29,6 +29,11 @@ impl<T> LazyConnection<T> {
         self.conn.initialized()
     }
 
+    /// The connection if one was made, without trying to make one.
+    pub(crate) fn connected(&self) -> Option<&T> {
+        self.conn.get()
+    }
+
     /// The connection, made by `connect` if there is none yet. `Err(None)`:
     /// an attempt failed less than [`CONNECT_EVERY`] ago, so this call fails
     /// fast; `Err(Some(e))`: this call's own attempt failed with `e`.
@@ -93,6 +98,11 @@ impl<S: ConnectRedis> LazyRedis<S> {
     /// cluster, as `settings` say).
     pub(crate) fn new(settings: RedisSettings) -> Self {
         LazyRedis { settings, conn: LazyConnection::new() }
+    }
+
+    /// The store if it has connected, without trying to connect.
+    pub(crate) fn connected(&self) -> Option<&S> {
+        self.conn.connected()
     }
 
     pub(crate) async fn get(&self) -> Result<&S, S::Error> {

@@ -90,6 +90,10 @@ impl QuotaStore for LazyRedisStore {
         Box::pin(async move { self.get().await?.list_buckets_since(since_ms).await })
     }
 
+    fn forget_idle(&self) -> usize {
+        self.store.connected().map_or(0, QuotaStore::forget_idle)
+    }
+
     fn live_buckets(&self) -> StoreResult<'_, Vec<(&'static str, u64)>> {
         Box::pin(async move { self.get().await?.live_buckets().await })
     }

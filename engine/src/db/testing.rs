@@ -122,18 +122,6 @@ fn replace_database(url: &str, name: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::replace_database;
-
-    #[test]
-    fn the_database_name_is_replaced_and_the_rest_kept() {
-        assert_eq!(replace_database("postgres://postgres@127.0.0.1:5432/postgres", "t1"), "postgres://postgres@127.0.0.1:5432/t1");
-        assert_eq!(replace_database("postgres://h:5432", "t1"), "postgres://h:5432/t1");
-        assert_eq!(replace_database("postgres://h/db?sslmode=disable", "t1"), "postgres://h/t1?sslmode=disable");
-    }
-}
-
 /// A PostgreSQL server of a test's own (`initdb` in a temporary directory, a
 /// spare loopback port, trust auth), for fault tests that stop and restart
 /// the database under load: the shared test server is never stopped. Killed
@@ -259,4 +247,16 @@ fn postgres_bin_dir() -> Option<std::path::PathBuf> {
     let out = std::process::Command::new("pg_config").arg("--bindir").output().ok()?;
     let bin = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     bin.join("initdb").exists().then_some(bin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replace_database;
+
+    #[test]
+    fn the_database_name_is_replaced_and_the_rest_kept() {
+        assert_eq!(replace_database("postgres://postgres@127.0.0.1:5432/postgres", "t1"), "postgres://postgres@127.0.0.1:5432/t1");
+        assert_eq!(replace_database("postgres://h:5432", "t1"), "postgres://h:5432/t1");
+        assert_eq!(replace_database("postgres://h/db?sslmode=disable", "t1"), "postgres://h/t1?sslmode=disable");
+    }
 }

@@ -147,6 +147,9 @@ impl StepReport {
 
 /// One claimed delivery after [`Worker::process`]: settled without a send
 /// (deferred, failed at a ceiling, lost), or sent and waiting to be written back.
+// Lives for one step of one delivery and is unpacked at once; boxing the
+// record would add an allocation per delivery to save stack space.
+#[allow(clippy::large_enum_variant)]
 enum Processed {
     Done(JobResult),
     Sent(AttemptRecord),

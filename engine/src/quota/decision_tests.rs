@@ -217,7 +217,8 @@ proptest! {
     /// callers), and behind low traffic alone it waits at most its reserve;
     /// on a token bucket with a burst of 2 or more, a high request of one
     /// token waits not at all once a token has come back since the last high
-    /// or normal slot (low leaves the last token free).
+    /// or normal slot and the last low grant of the whole burst (low leaves
+    /// the last token free when it costs less than the burst).
     #[test]
     fn high_is_never_starved_by_lower_lanes(
         limit in arb_limit(),
@@ -229,6 +230,10 @@ proptest! {
         let mut now = t(0.0).as_micros();
         // The furthest slot booked so far by high and by normal requests.
         let (mut high_ahead, mut normal_ahead) = (i64::MIN, i64::MIN);
+        // The last low grant that took the whole burst: a low request leaves
+        // the last token only when its cost is below the burst (it would
+        // never be granted otherwise), so high may wait for a token after it.
+        let mut low_whole_burst = i64::MIN;
         let one_back = duration_micros(reserve(&limit, 1));
         let keeps_a_token = limit.algorithm == Algorithm::TokenBucket && limit.burst >= 2;
         for &(gap_ms, cost, lane) in &arrivals {
@@ -242,7 +247,7 @@ proptest! {
                 if normal_ahead <= now {
                     prop_assert!(wait <= reserve(&limit, cost), "high waited {wait:?} behind low traffic only");
                 }
-                if keeps_a_token && cost == 1 && high_ahead.max(normal_ahead).saturating_add(one_back) <= now {
+                if keeps_a_token && cost == 1 && high_ahead.max(normal_ahead).max(low_whole_burst).saturating_add(one_back) <= now {
                     // Zero, but for the increments' rounding (up to 1 µs each).
                     prop_assert!(wait <= Duration::from_micros(3), "low took the token it leaves to high: {wait:?}");
                 }
@@ -252,7 +257,12 @@ proptest! {
                 match lane {
                     Priority::High => high_ahead = high_ahead.max(at),
                     Priority::Normal => normal_ahead = normal_ahead.max(at),
-                    Priority::Low => prop_assert_eq!(wait, Duration::ZERO, "low booked ahead"),
+                    Priority::Low => {
+                        prop_assert_eq!(wait, Duration::ZERO, "low booked ahead");
+                        if cost >= limit.burst {
+                            low_whole_burst = now;
+                        }
+                    }
                 }
             }
         }

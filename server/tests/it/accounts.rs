@@ -6,7 +6,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use crate::api::{assert_error, feed_permit, spawn_api};
-use crate::helpers::Mode;
+use crate::helpers::{sample, Mode};
 
 #[tokio::test]
 async fn accounts_with_control_invisible_or_key_breaking_characters_are_refused_with_a_422() {
@@ -57,10 +57,6 @@ async fn the_openapi_document_states_the_account_rule() {
     }
 }
 
-fn gauge(metrics: &str, name: &str) -> Option<f64> {
-    metrics.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
 #[tokio::test]
 async fn metrics_show_live_buckets_and_resident_memory() {
     let api = spawn_api(Mode::Embedded).await;
@@ -69,7 +65,7 @@ async fn metrics_show_live_buckets_and_resident_memory() {
         assert_eq!(status, StatusCode::OK, "{body}");
     }
     let text = api.app.get("/metrics").await.text().await.expect("metrics");
-    assert_eq!(gauge(&text, "sluice_quota_live_buckets{store=\"memory\"}"), Some(3.0), "{text}");
-    let rss = gauge(&text, "process_resident_memory_bytes").expect("resident memory");
+    assert_eq!(sample(&text, "sluice_quota_live_buckets", &["store=\"memory\""]), Some(3.0), "{text}");
+    let rss = sample(&text, "process_resident_memory_bytes", &[]).expect("resident memory");
     assert!(rss > 1_000_000.0, "a running server holds more than a megabyte: {rss}");
 }

@@ -12,7 +12,7 @@ use sluice_engine::delivery::model::{BreakerStatus, MerchantId};
 use sluice_engine::delivery::DeliveryStore;
 
 use crate::api::{assert_error, merchant, spawn_api, spawn_api_with, Api};
-use crate::helpers::Mode;
+use crate::helpers::{sample, Mode};
 
 /// Posts `n` events to `merchant_id`: even ones money (`paid`), odd ones not.
 async fn post_events(api: &Api, merchant_id: &str, n: usize) -> Vec<String> {
@@ -251,15 +251,6 @@ async fn an_admin_resets_an_open_breaker_and_the_reset_is_audited() {
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!((rows[0].0.as_str(), rows[0].1.as_str()), ("admin-1", "breaker.reset"));
     assert!(rows[0].2.as_deref().is_some_and(|b| b.contains("\"open\"")), "before shows it open: {rows:?}");
-}
-
-/// The value of the first sample of `name` whose labels contain every one of `labels`.
-fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
-    text.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .find(|l| labels.iter().all(|lab| l.contains(lab)))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 #[tokio::test]

@@ -107,11 +107,9 @@ async fn the_binary_reports_its_allocator_on_metrics() {
     }
     let text = text.expect("sluice serve answered within 15 s");
     let bytes = |kind: &str| -> f64 {
-        let name = format!("sluice_allocator_bytes{{kind=\"{kind}\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(name.as_str()))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {name}in {text}"))
+        let label = format!("kind=\"{kind}\"");
+        crate::helpers::sample(&text, "sluice_allocator_bytes", &[&label])
+            .unwrap_or_else(|| panic!("no sluice_allocator_bytes{{{label}}} in {text}"))
     };
     let (allocated, active, metadata, resident) = (bytes("allocated"), bytes("active"), bytes("metadata"), bytes("resident"));
     assert!(allocated > 100_000.0, "a running server has allocated something: {allocated}");

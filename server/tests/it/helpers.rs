@@ -175,3 +175,13 @@ pub fn closed_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.local_addr().expect("addr").port()
 }
+
+/// The value of the first sample of metric `name` in Prometheus text whose
+/// labels include every one of `labels` (`kind="allocated"`; none: any).
+pub fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .find(|l| labels.iter().all(|lab| l.contains(lab)))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}

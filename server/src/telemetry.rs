@@ -99,8 +99,9 @@ pub fn record_events_accepted(n: u64) {
 /// Gauges read from shared state just before a scrape: the outbox by status
 /// (the queue depth is its PENDING count), merchant breakers that are not
 /// closed, the quota buckets each store holds, this process's resident
-/// memory and what its allocator holds ([`AllocatorStats`]). Counters of decisions, waits, penalties and delivery results are
-/// kept as they happen (engine `quota::metrics`, `delivery::worker`).
+/// memory and what its allocator holds ([`AllocatorStats`]). Counters of
+/// decisions, waits, penalties and delivery results are kept as they happen
+/// (engine `quota::metrics`, `delivery::worker`).
 /// A failed read leaves the previous values and is logged.
 pub async fn refresh_gauges(deliveries: &sluice_engine::delivery::DeliveryStore, limiter: &Limiter) {
     match limiter.live_buckets().await {

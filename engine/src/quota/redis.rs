@@ -53,9 +53,9 @@ pub struct RedisStore {
 /// The buckets this process wrote into the index in the current refresh
 /// period, as 64-bit hashes of their keys: 8 bytes a bucket, bounded by the
 /// buckets used in one period, and dropped in one piece when it ends: by
-/// the next decision, or by the forgetting sweep when none comes (an idle
-/// server held the last busy minute's set, 4.7 MB after a million
-/// accounts, until its next permit). (Two
+/// the next decision, or by the forgetting sweep when none comes (without
+/// the sweep an idle server held the last busy minute's set until its next
+/// permit: docs/benchmarks.md, soak, fifth run). (Two
 /// keys with the same hash would share one index write a period; at a
 /// million buckets that is a one-in-ten-million chance of an entry a minute
 /// late.)
@@ -72,14 +72,12 @@ impl IndexedRecently {
         self.seen.insert(self.hasher.hash_one(key))
     }
 
-    /// Drop the set if its period is over; whether it was.
-    fn expire(&mut self, now: Instant) -> bool {
-        if now.duration_since(self.since) < INDEX_REFRESH {
-            return false;
+    /// Drop the set if its period is over.
+    fn expire(&mut self, now: Instant) {
+        if now.duration_since(self.since) >= INDEX_REFRESH {
+            self.since = now;
+            self.seen = HashSet::new();
         }
-        self.since = now;
-        self.seen = HashSet::new();
-        true
     }
 
     fn forget(&mut self, key: &BucketKey) {
@@ -368,10 +366,10 @@ mod tests {
             assert!(set.due(key, start), "first use in a period writes the index");
             assert!(!set.due(key, start + Duration::from_secs(1)), "a second one does not");
         }
-        assert!(!set.expire(start + INDEX_REFRESH - Duration::from_millis(1)));
+        set.expire(start + INDEX_REFRESH - Duration::from_millis(1));
         assert_eq!(set.seen.len(), 1000, "kept until the period is over");
         // The sweep, with no decision in between: the memory goes at once.
-        assert!(set.expire(start + INDEX_REFRESH));
+        set.expire(start + INDEX_REFRESH);
         assert_eq!(set.seen.capacity(), 0);
         assert!(set.due(&keys[0], start + INDEX_REFRESH), "the next period writes again");
     }

@@ -201,9 +201,9 @@ impl QuotaStore for FallbackStore {
         Box::pin(self.with_policy(self.shared.stats(key), move |local, _| local.stats(key)))
     }
 
-    fn list_buckets_since(&self, since_ms: i64) -> StoreResult<'_, Vec<BucketKey>> {
-        Box::pin(self.with_policy(self.shared.list_buckets_since(since_ms), move |local, _| {
-            local.list_buckets_since(since_ms)
+    fn list_buckets_since(&self, since_ms: i64, limit: usize) -> StoreResult<'_, Vec<BucketKey>> {
+        Box::pin(self.with_policy(self.shared.list_buckets_since(since_ms, limit), move |local, _| {
+            local.list_buckets_since(since_ms, limit)
         }))
     }
 

@@ -23,9 +23,9 @@
 //!
 //! Cost per pass grows with the buckets *used since the previous pass*, not
 //! with the buckets the store holds or ever held: the store lists only those
-//! ([`Limiter::list_buckets_since`]; the baseline pass lists all), then one
-//! stats read per listed bucket (at most [`HistoryConfig::max_buckets`], 16
-//! in flight), their rows of the latest table (by account, in batches) and
+//! ([`Limiter::list_buckets_since`]; the baseline pass lists all), at most
+//! [`HistoryConfig::max_buckets`] of them (the listing never holds more), then
+//! one stats read per listed bucket (16 in flight), their rows of the latest table (by account, in batches) and
 //! batched writes for the buckets that changed.
 
 use std::collections::HashMap;
@@ -269,13 +269,12 @@ impl QuotaHistory {
         // retention) records a baseline only.
         let baseline = previous.is_none();
 
-        // Only buckets used since the previous pass can have changed.
-        let mut keys = match previous {
-            Some(p) => limiter.list_buckets_since(p).await?,
-            None => limiter.list_buckets().await?,
-        };
+        // Only buckets used since the previous pass can have changed. One
+        // more than the cap is asked for, to know when the cap cut the list.
+        let since = previous.unwrap_or(i64::MIN);
+        let mut keys = limiter.list_buckets_since(since, self.config.max_buckets.saturating_add(1)).await?;
         if keys.len() > self.config.max_buckets {
-            tracing::warn!(buckets = keys.len(), max = self.config.max_buckets, "quota history samples only the first buckets");
+            tracing::warn!(max = self.config.max_buckets, "more buckets were used since the last pass than the quota history samples; it samples the first of them");
             keys.truncate(self.config.max_buckets);
         }
         let current: Vec<(BucketKey, Counters)> = futures::stream::iter(keys)

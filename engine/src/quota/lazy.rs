@@ -86,8 +86,8 @@ impl QuotaStore for LazyRedisStore {
         Box::pin(async move { self.get().await?.stats(key).await })
     }
 
-    fn list_buckets_since(&self, since_ms: i64) -> StoreResult<'_, Vec<BucketKey>> {
-        Box::pin(async move { self.get().await?.list_buckets_since(since_ms).await })
+    fn list_buckets_since(&self, since_ms: i64, limit: usize) -> StoreResult<'_, Vec<BucketKey>> {
+        Box::pin(async move { self.get().await?.list_buckets_since(since_ms, limit).await })
     }
 
     fn forget_idle(&self) -> usize {

@@ -319,10 +319,10 @@ impl Limiter {
         Ok(self.inner.store.list_buckets().await?)
     }
 
-    /// The buckets with a decision at or after `since_ms` (Unix ms), sorted
-    /// (see [`QuotaStore::list_buckets_since`]).
-    pub async fn list_buckets_since(&self, since_ms: i64) -> Result<Vec<BucketKey>, QuotaError> {
-        Ok(self.inner.store.list_buckets_since(since_ms).await?)
+    /// The buckets with a decision at or after `since_ms` (Unix ms), sorted,
+    /// at most `limit` (see [`QuotaStore::list_buckets_since`]).
+    pub async fn list_buckets_since(&self, since_ms: i64, limit: usize) -> Result<Vec<BucketKey>, QuotaError> {
+        Ok(self.inner.store.list_buckets_since(since_ms, limit).await?)
     }
 
     /// How many buckets each backend of the store holds.

@@ -19,7 +19,7 @@
 //! The sweep locks one shard at a time, so decisions on the other shards go
 //! on, and it gives emptied tables' memory back.
 
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap};
 use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -330,14 +330,27 @@ impl MemoryStore {
         self.shards.iter().map(|shard| lock(shard).len() as u64).sum()
     }
 
-    /// Keys of the buckets with a decision at or after `since_us`, sorted.
-    fn keys_since(&self, since_us: i64) -> Vec<BucketKey> {
-        let mut keys: Vec<BucketKey> = Vec::new();
-        for shard in &self.shards {
-            keys.extend(lock(shard).iter().filter(|s| s.last_at_us >= since_us).map(|s| s.key.to_key()));
+    /// Keys of the buckets with a decision at or after `since_us`, sorted:
+    /// the first `limit` of them in key order. The largest key kept is on
+    /// top of a heap of at most `limit`, so a listing of a few buckets out
+    /// of a million holds a few keys at a time, not a million.
+    fn keys_since(&self, since_us: i64, limit: usize) -> Vec<BucketKey> {
+        let mut kept: BinaryHeap<BucketKey> = BinaryHeap::new();
+        if limit == 0 {
+            return Vec::new();
         }
-        keys.sort();
-        keys
+        for shard in &self.shards {
+            for slot in lock(shard).iter().filter(|s| s.last_at_us >= since_us) {
+                let key = slot.key.to_key();
+                if kept.len() < limit {
+                    kept.push(key);
+                } else if kept.peek().is_some_and(|largest| key < *largest) {
+                    kept.pop();
+                    kept.push(key);
+                }
+            }
+        }
+        kept.into_sorted_vec()
     }
 
     /// The synchronous decision, shared with the fallback store.
@@ -437,8 +450,8 @@ impl QuotaStore for MemoryStore {
         ready(self.with_existing(key, |s| s.stats()).unwrap_or_default())
     }
 
-    fn list_buckets_since(&self, since_ms: i64) -> StoreResult<'_, Vec<BucketKey>> {
-        ready(self.keys_since(since_ms.saturating_mul(1000)))
+    fn list_buckets_since(&self, since_ms: i64, limit: usize) -> StoreResult<'_, Vec<BucketKey>> {
+        ready(self.keys_since(since_ms.saturating_mul(1000), limit))
     }
 
     fn forget_idle(&self) -> usize {
@@ -477,6 +490,24 @@ mod tests {
                 assert!(!short_eq(&a, &b), "length {n}, differing at {at}");
             }
         }
+    }
+
+    #[test]
+    fn a_capped_listing_keeps_the_first_keys_in_key_order() {
+        let store = MemoryStore::new(Arc::new(ManualClock::at_test_epoch()));
+        let limit = Limit::token_bucket(1, Duration::from_secs(10), 1);
+        // Inserted out of order, spread over the shards.
+        for n in [7, 3, 9, 0, 5, 1, 8, 2, 6, 4] {
+            store.decide_now(&args(key(&format!("acct{n}"), "pricing", "r"), limit));
+        }
+        let accounts = |limit: usize| -> Vec<String> {
+            let keys = futures::executor::block_on(store.list_buckets_since(i64::MIN, limit)).expect("memory store");
+            keys.into_iter().map(|k| k.account).collect()
+        };
+        assert_eq!(accounts(3), ["acct0", "acct1", "acct2"]);
+        assert_eq!(accounts(10).len(), 10);
+        assert_eq!(accounts(usize::MAX).len(), 10);
+        assert!(accounts(0).is_empty());
     }
 
     #[test]

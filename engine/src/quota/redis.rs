@@ -300,14 +300,19 @@ impl QuotaStore for RedisStore {
         })
     }
 
-    fn list_buckets_since(&self, since_ms: i64) -> StoreResult<'_, Vec<BucketKey>> {
+    fn list_buckets_since(&self, since_ms: i64, limit: usize) -> StoreResult<'_, Vec<BucketKey>> {
         Box::pin(async move {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
             let mut conn = self.conn.clone();
             let mut inv = self.index_read_script.prepare_invoke();
             inv.key(self.index_key())
                 .arg("list")
                 .arg(self.index_keep_ms())
-                .arg(since_ms.saturating_sub(millis(INDEX_REFRESH)).max(0));
+                .arg(since_ms.saturating_sub(millis(INDEX_REFRESH)).max(0))
+                // 0: no limit (the script's word for "all").
+                .arg(if limit == usize::MAX { 0 } else { limit });
             let members: Vec<String> = timed(self.timeout, inv.invoke_async(&mut conn)).await?;
             let mut keys: Vec<BucketKey> = members.iter().filter_map(|m| parse_member(m)).collect();
             keys.sort();

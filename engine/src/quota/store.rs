@@ -113,13 +113,18 @@ pub trait QuotaStore: Send + Sync + fmt::Debug {
 
     /// Every bucket the store holds (used within the idle retention), sorted.
     fn list_buckets(&self) -> StoreResult<'_, Vec<BucketKey>> {
-        self.list_buckets_since(i64::MIN)
+        self.list_buckets_since(i64::MIN, usize::MAX)
     }
 
-    /// The buckets with a decision at or after `since_ms` (Unix ms), sorted.
-    /// May include some older ones (Redis refreshes its index at most once a
-    /// minute per bucket, so it answers from a minute earlier), never fewer.
-    fn list_buckets_since(&self, since_ms: i64) -> StoreResult<'_, Vec<BucketKey>>;
+    /// The buckets with a decision at or after `since_ms` (Unix ms), sorted;
+    /// at most `limit` of them (which ones, when there are more, is the
+    /// store's choice: the first in key order in process, the least recently
+    /// indexed in Redis). Never holds more than `limit` keys while listing,
+    /// so a caller that wants a few of a million buckets does not pay for a
+    /// million. May include some older ones (Redis refreshes its index at
+    /// most once a minute per bucket, so it answers from a minute earlier),
+    /// never fewer.
+    fn list_buckets_since(&self, since_ms: i64, limit: usize) -> StoreResult<'_, Vec<BucketKey>>;
 
     /// Forget what can no longer change a decision and whose statistics are
     /// past their retention; returns how many buckets went. For in-process

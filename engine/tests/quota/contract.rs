@@ -222,6 +222,11 @@ pub async fn accounts_have_separate_buckets_and_all_are_listed(b: &Backend) {
     let buckets = h.limiter.list_buckets().await.expect("list");
     let accounts: Vec<&str> = buckets.iter().map(|k| k.account.as_str()).collect();
     assert_eq!(accounts, vec!["a1", "a2", "a3"]);
+    // A capped listing holds at most that many, sorted, each one listed above.
+    let two = h.limiter.list_buckets_since(i64::MIN, 2).await.expect("list");
+    assert_eq!(two.len(), 2, "{two:?}");
+    assert!(two[0] < two[1] && two.iter().all(|k| buckets.contains(k)), "{two:?}");
+    assert!(h.limiter.list_buckets_since(i64::MIN, 0).await.expect("list").is_empty());
     // The retry executor records its open breaker against the same bucket.
     h.limiter.record_refusal(&req().account("a1"), RefusalReason::BreakerOpen).await.expect("record");
     let stats = h.limiter.stats(&buckets[0]).await.expect("stats");

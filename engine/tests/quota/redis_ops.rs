@@ -133,7 +133,7 @@ mod quota_redis_ops {
         let store = redis_store(&test_redis_url(), &unique_prefix()).await;
         let before = now_ms();
         store.decide(&decide_args("a")).await.expect("decide");
-        let since = |ms: i64| store.list_buckets_since(ms);
+        let since = |ms: i64| store.list_buckets_since(ms, usize::MAX);
         assert_eq!(since(before).await.expect("list").len(), 1);
         assert_eq!(since(before + 30_000).await.expect("list").len(), 1, "index scores may lag a minute behind");
         assert_eq!(since(before + 5 * 60_000).await.expect("list").len(), 0);

@@ -10,6 +10,9 @@
 #
 # Usage: scripts/bench-accounts.sh [accounts per round, default 1000000]
 #          [idle retention seconds, default 120] [modes, default "embedded redis"]
+# Modes: embedded (SQLite + in-process store), redis (SQLite + Redis),
+# pgredis (PostgreSQL + Redis, the production deployment: a database of its
+# own on $SLUICE_TEST_POSTGRES_URL's server, dropped afterwards).
 # Targets (issue: bounded memory): RSS after an idle period <= 1.2 x RSS at
 # start (in-process statistics are forgotten with their buckets, so their
 # bounded size adds nothing once idle); the second round costs no more than
@@ -32,8 +35,13 @@ cargo build -q --release -p sluice --bin sluice --example account_load
 BIN="$CARGO_TARGET_DIR/release"
 WORK="$(mktemp -d)"
 PIDS=()
+PG="${SLUICE_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+PGDB="sluice_bench_soak_$$"
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  if [[ " $MODES " == *" pgredis "* ]]; then
+    psql "$PG" -qc "DROP DATABASE IF EXISTS $PGDB WITH (FORCE)" > /dev/null 2>&1 || true
+  fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -45,6 +53,13 @@ rss_mb() {
     END { printf "%.1f (anon %.1f, file %.1f)", r / 1024, a / 1024, f / 1024 }' "/proc/$1/status"
 }
 used_mb() { redis-cli -p "$1" INFO memory | awk -F: '/^used_memory:/ { printf "%.2f", $2 / 1048576 }'; }
+# Redis 7 keeps a latency histogram (~24 KB) for every command name it has
+# run since its stats were last reset (`latency-tracking`, on by default):
+# bounded by the number of distinct commands, not by keys. Shown apart, with
+# used_memory after CONFIG RESETSTAT frees them (nothing else is reset that
+# holds data).
+histograms() { redis-cli -p "$1" INFO latencystats | grep -c '^latency_percentiles_usec_' || true; }
+used_without_histograms() { redis-cli -p "$1" CONFIG RESETSTAT > /dev/null; used_mb "$1"; }
 live() { curl -fsS "$1/metrics" | awk '/^sluice_quota_live_buckets/ { printf "%s=%s ", $1, $2 }'; }
 # jemalloc's account (MB): allocated (in use), active (pages holding some),
 # metadata (its own bookkeeping), resident.
@@ -61,13 +76,19 @@ for mode in $MODES; do
   export SLUICE_DATA_DIR="$WORK/$mode" SLUICE_LISTEN="127.0.0.1:$PORT" SLUICE_DELIVERY_WORKER=false \
     SLUICE_LOG=warn SLUICE_QUOTA_IDLE_RETENTION_SECS="$RETENTION" SLUICE_SITE_ROOT="$WORK/no-site"
   RPORT=""
-  if [ "$mode" = redis ]; then
+  if [ "$mode" = pgredis ]; then
+    psql "$PG" -qc "CREATE DATABASE $PGDB"
+    export DATABASE_URL="${PG%/*}/$PGDB"
+    "$BIN/sluice" migrate > /dev/null
+  fi
+  if [ "$mode" = redis ] || [ "$mode" = pgredis ]; then
     RPORT="$(free_port)"
     redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" > "$WORK/redis.log" 2>&1 &
     PIDS+=($!)
     for _ in $(seq 50); do redis-cli -p "$RPORT" ping > /dev/null 2>&1 && break; sleep 0.1; done
     export REDIS_URL="redis://127.0.0.1:$RPORT"
   fi
+  START_USED=""
   WORKER="$("$BIN/sluice" token add --name soak-worker --scope worker 2>/dev/null)"
   printf 'a soak password\n' | "$BIN/sluice" user add --username soak --role viewer --password-stdin > /dev/null
   ADMIN="$("$BIN/sluice" token add --name soak-admin --scope admin 2>/dev/null)"
@@ -86,6 +107,15 @@ for mode in $MODES; do
       "" "" "$(alloc "$BASE")"
   }
   step "start"
+  if [ -n "$RPORT" ]; then
+    printf '%-8s Redis latency histograms %s\n' "$mode" "$(histograms "$RPORT")"
+    START_USED="$(used_without_histograms "$RPORT")"
+  fi
+  # A server that has answered nothing yet has not touched most of its code
+  # or allocator caches: a second baseline once 1,000 accounts have been
+  # served (their buckets stay, about 0.3 MB, and are forgotten with the rest).
+  "$BIN/examples/account_load" "$BASE" "$WORKER" 4000000000 1000 32 soak > /dev/null
+  step "warm start (1,000 accounts)"
   for round in $(seq "$ROUNDS"); do
     "$BIN/examples/account_load" "$BASE" "$WORKER" $(((round - 1) * N)) "$N" 32 soak
     step "after $N more accounts"
@@ -110,6 +140,8 @@ for mode in $MODES; do
       sleep 10
     done
     step "keys left: $(redis-cli -p "$RPORT" DBSIZE)"
+    printf '%-8s Redis latency histograms %s; used_memory after CONFIG RESETSTAT %s MB (at start %s MB)\n' \
+      "$mode" "$(histograms "$RPORT")" "$(used_without_histograms "$RPORT")" "$START_USED"
     # What of the remainder is Redis's slow log (at most 128 entries, each
     # with a copy of its command's arguments), not Sluice's data.
     printf '%-8s slowlog entries %s; after SLOWLOG RESET used_memory %s MB\n' "$mode" \
@@ -140,13 +172,16 @@ for i in range(int(sys.argv[1])):
   done
   sleep 5
   redis-cli -p "$RPORT" SLOWLOG RESET > /dev/null
-  printf 'reference: bare Redis, %s keys SET with EX 20: used_memory %s MB -> %s MB -> %s MB once expired (keys left %s)\n' \
-    "$N" "$before" "$loaded" "$(used_mb "$RPORT")" "$(redis-cli -p "$RPORT" DBSIZE)"
+  printf 'reference: bare Redis, %s keys SET with EX 20: used_memory %s MB -> %s MB -> %s MB once expired (keys left %s, latency histograms %s, %s MB after CONFIG RESETSTAT)\n' \
+    "$N" "$before" "$loaded" "$(used_mb "$RPORT")" "$(redis-cli -p "$RPORT" DBSIZE)" "$(histograms "$RPORT")" "$(used_without_histograms "$RPORT")"
   redis-cli -p "$RPORT" shutdown nosave > /dev/null 2>&1 || true
 fi
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-echo
-echo "bytes per live bucket, in-process, next to governor (one process each):"
-cargo run -q --release -p sluice-engine --example bucket_bytes -- memory "$N"
-cargo run -q --release -p sluice-engine --example bucket_bytes -- governor "$N"
+# BUCKET_BYTES=0 skips this last part (it does not depend on the modes).
+if [ "${BUCKET_BYTES:-1}" = 1 ]; then
+  echo
+  echo "bytes per live bucket, in-process, next to governor (one process each):"
+  cargo run -q --release -p sluice-engine --example bucket_bytes -- memory "$N"
+  cargo run -q --release -p sluice-engine --example bucket_bytes -- governor "$N"
+fi

@@ -21,7 +21,7 @@
 
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::BuildHasher;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use hashbrown::HashTable;
@@ -37,8 +37,9 @@ use super::store::{DecideArgs, QuotaStore, StoreDecision, StoreError, StoreResul
 
 const SHARDS: usize = 32;
 
-/// Key bytes kept in the slot itself; longer keys spill to the heap.
-const INLINE_KEY: usize = 32;
+/// Account and scope bytes kept in the slot itself; longer ones spill to the
+/// heap. The rule id is not among them: it is shared (see [`PackedKey`]).
+const INLINE_KEY: usize = 24;
 
 /// How long an idle bucket's statistics are kept after its last decision
 /// when the caller does not say ([`MemoryStore::with_idle_retention`]).
@@ -83,11 +84,11 @@ struct Cold {
 }
 
 impl Slot {
-    fn new(hash: u64, key: &BucketKey) -> Slot {
+    fn new(hash: u64, key: &BucketKey, rule: Arc<RuleId>) -> Slot {
         Slot {
             hash: hash as u32,
             full_from_s: 0,
-            key: PackedKey::new(key),
+            key: PackedKey::new(key, rule),
             state: BucketState::default(),
             quick_grants: 0,
             quick_wait_sum_us: 0,
@@ -155,39 +156,45 @@ impl Slot {
     }
 }
 
-/// A [`BucketKey`] as `account ‖ scope ‖ rule` in one buffer, inline when it
-/// is short: a lookup compares it without fetching three heap strings.
+/// A [`BucketKey`] as `account ‖ scope` in one buffer, inline when it is
+/// short, and the rule id shared with every other bucket of the rule: a
+/// lookup compares it without fetching three heap strings, and a bucket of
+/// a rule whose id is a 26-character ULID does not spill its key to the
+/// heap (a million buckets, a million small allocations, each adding to the
+/// allocator's bookkeeping long after the buckets are forgotten).
 #[derive(Debug)]
 struct PackedKey {
     bytes: SmallVec<[u8; INLINE_KEY]>,
+    rule: Arc<RuleId>,
     account_len: u32,
-    scope_len: u32,
 }
 
 impl PackedKey {
-    fn new(key: &BucketKey) -> PackedKey {
+    /// `rule` is the store's shared copy of `key.rule` ([`MemoryStore::shared_rule_id`]).
+    fn new(key: &BucketKey, rule: Arc<RuleId>) -> PackedKey {
+        debug_assert_eq!(*rule, key.rule);
         let mut bytes = SmallVec::new();
-        for part in [&key.account, &key.scope, &key.rule.0] {
-            bytes.extend_from_slice(part.as_bytes());
-        }
-        let len = |part: &str| u32::try_from(part.len()).expect("a key part is far below 4 GiB");
-        PackedKey { bytes, account_len: len(&key.account), scope_len: len(&key.scope) }
+        bytes.extend_from_slice(key.account.as_bytes());
+        bytes.extend_from_slice(key.scope.as_bytes());
+        let account_len = u32::try_from(key.account.len()).expect("a key part is far below 4 GiB");
+        PackedKey { bytes, rule, account_len }
     }
 
     fn matches(&self, key: &BucketKey) -> bool {
         let (account, scope, rule) = (key.account.as_bytes(), key.scope.as_bytes(), key.rule.0.as_bytes());
+        let own_rule = self.rule.0.as_bytes();
         self.account_len as usize == account.len()
-            && self.scope_len as usize == scope.len()
-            && self.bytes.len() == account.len() + scope.len() + rule.len()
+            && self.bytes.len() == account.len() + scope.len()
+            && own_rule.len() == rule.len()
             && short_eq(&self.bytes[..account.len()], account)
-            && short_eq(&self.bytes[account.len()..account.len() + scope.len()], scope)
-            && short_eq(&self.bytes[account.len() + scope.len()..], rule)
+            && short_eq(&self.bytes[account.len()..], scope)
+            && short_eq(own_rule, rule)
     }
 
     /// The three parts, as the bytes they were copied from.
     fn parts(&self) -> (&[u8], &[u8], &[u8]) {
-        let (account_end, scope_end) = (self.account_len as usize, (self.account_len + self.scope_len) as usize);
-        (&self.bytes[..account_end], &self.bytes[account_end..scope_end], &self.bytes[scope_end..])
+        let account_end = self.account_len as usize;
+        (&self.bytes[..account_end], &self.bytes[account_end..], self.rule.0.as_bytes())
     }
 
     fn to_key(&self) -> BucketKey {
@@ -195,12 +202,8 @@ impl PackedKey {
             // Each part was copied whole from a `String`, so it is UTF-8.
             String::from_utf8(self.bytes[range].to_vec()).expect("key parts are copied from strings")
         };
-        let (account_end, scope_end) = (self.account_len as usize, (self.account_len + self.scope_len) as usize);
-        BucketKey {
-            account: part(0..account_end),
-            scope: part(account_end..scope_end),
-            rule: RuleId(part(scope_end..self.bytes.len())),
-        }
+        let account_end = self.account_len as usize;
+        BucketKey { account: part(0..account_end), scope: part(account_end..self.bytes.len()), rule: (*self.rule).clone() }
     }
 }
 
@@ -240,6 +243,10 @@ pub struct MemoryStore {
     clock: SharedClock,
     hasher: foldhash::fast::RandomState,
     shards: Vec<Mutex<HashTable<Slot>>>,
+    /// One copy of each rule id the buckets use, shared by their keys; an id
+    /// no bucket uses any more goes with the forgetting sweep. Locked only
+    /// when a bucket is created (inside its shard's lock) and by the sweep.
+    rule_ids: Mutex<HashMap<RuleId, Arc<RuleId>>>,
     /// An idle bucket's statistics are kept this long after its last decision.
     idle_retention: Duration,
 }
@@ -263,7 +270,21 @@ impl MemoryStore {
             clock,
             hasher: foldhash::fast::RandomState::default(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashTable::new())).collect(),
+            rule_ids: Mutex::new(HashMap::new()),
             idle_retention,
+        }
+    }
+
+    /// The store's shared copy of `rule`.
+    fn shared_rule_id(&self, rule: &RuleId) -> Arc<RuleId> {
+        let mut ids = self.rule_ids.lock().unwrap_or_else(|p| p.into_inner());
+        match ids.get(rule) {
+            Some(id) => Arc::clone(id),
+            None => {
+                let id = Arc::new(rule.clone());
+                ids.insert(rule.clone(), Arc::clone(&id));
+                id
+            }
         }
     }
 
@@ -289,7 +310,10 @@ impl MemoryStore {
         let (hash, mut shard) = self.shard(key);
         let slot = match shard.find_mut(hash, |s| s.hash == hash as u32 && s.key.matches(key)) {
             Some(slot) => slot,
-            None => shard.insert_unique(hash, Slot::new(hash, key), |s| self.rehash(s)).into_mut(),
+            None => {
+                let slot = Slot::new(hash, key, self.shared_rule_id(&key.rule));
+                shard.insert_unique(hash, slot, |s| self.rehash(s)).into_mut()
+            }
         };
         slot.last_at_us = now.as_micros();
         f(slot, now)
@@ -322,6 +346,8 @@ impl MemoryStore {
                 table.shrink_to(live, |s| self.rehash(s));
             }
         }
+        // Rule ids that only this map still holds (their buckets went).
+        self.rule_ids.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, id| Arc::strong_count(id) > 1);
         forgotten
     }
 
@@ -490,6 +516,33 @@ mod tests {
                 assert!(!short_eq(&a, &b), "length {n}, differing at {at}");
             }
         }
+    }
+
+    #[test]
+    fn buckets_share_their_rule_id_and_it_goes_with_the_last_of_them() {
+        let clock = Arc::new(ManualClock::at_test_epoch());
+        let store = MemoryStore::with_idle_retention(clock.clone(), Duration::from_secs(60));
+        let limit = Limit::token_bucket(1, Duration::from_secs(1), 1);
+        // Rule ids are ULIDs: with them in the inline bytes every key spilled.
+        let rule = "rul_01jbz7s0m5k3w8x9y2c4d6f8gh";
+        for n in 0..100 {
+            store.decide_now(&args(key(&format!("seller-{n}"), "vtex_pricing", rule), limit));
+        }
+        let ids = || store.rule_ids.lock().expect("rule ids").len();
+        assert_eq!(ids(), 1);
+        let (mut spilled, mut holders) = (0, 0);
+        for shard in &store.shards {
+            for slot in lock(shard).iter() {
+                spilled += usize::from(slot.key.bytes.spilled());
+                holders = holders.max(Arc::strong_count(&slot.key.rule));
+                assert_eq!(slot.key.to_key().rule.0, rule);
+            }
+        }
+        assert_eq!(spilled, 0, "account and scope fit the slot; the rule id is not copied into it");
+        assert_eq!(holders, 101, "one copy of the rule id, held by the 100 buckets and the store's map");
+        clock.advance(Duration::from_secs(120));
+        assert_eq!(store.forget_idle(), 100);
+        assert_eq!(ids(), 0, "the id goes with the last bucket of its rule");
     }
 
     #[test]

@@ -24,9 +24,10 @@
 //! Cost per pass grows with the buckets *used since the previous pass*, not
 //! with the buckets the store holds or ever held: the store lists only those
 //! ([`Limiter::list_buckets_since`]; the baseline pass lists all), at most
-//! [`HistoryConfig::max_buckets`] of them (the listing never holds more), then
-//! one stats read per listed bucket (16 in flight), their rows of the latest table (by account, in batches) and
-//! batched writes for the buckets that changed.
+//! [`HistoryConfig::max_buckets`] of them (the listing never holds more),
+//! then one stats read per listed bucket (16 in flight), their rows of the
+//! latest table (by account, in batches) and batched writes for the buckets
+//! that changed.
 
 use std::collections::HashMap;
 use std::time::Duration;

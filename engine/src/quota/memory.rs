@@ -19,7 +19,7 @@
 //! The sweep locks one shard at a time, so decisions on the other shards go
 //! on, and it gives emptied tables' memory back.
 
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -246,15 +246,16 @@ pub struct MemoryStore {
     /// One copy of each rule id the buckets use, shared by their keys; an id
     /// no bucket uses any more goes with the forgetting sweep. Locked only
     /// when a bucket is created (inside its shard's lock) and by the sweep.
-    rule_ids: Mutex<HashMap<RuleId, Arc<RuleId>>>,
+    rule_ids: Mutex<HashSet<Arc<RuleId>>>,
     /// An idle bucket's statistics are kept this long after its last decision.
     idle_retention: Duration,
 }
 
 /// A panic while holding a shard's lock cannot leave a bucket half-written
-/// (every update is a plain assignment), so a poisoned lock is usable.
-fn lock(shard: &Mutex<HashTable<Slot>>) -> MutexGuard<'_, HashTable<Slot>> {
-    shard.lock().unwrap_or_else(|p| p.into_inner())
+/// (every update is a plain assignment), nor the rule ids' set a half-made
+/// entry, so a poisoned lock is usable.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl MemoryStore {
@@ -270,22 +271,20 @@ impl MemoryStore {
             clock,
             hasher: foldhash::fast::RandomState::default(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashTable::new())).collect(),
-            rule_ids: Mutex::new(HashMap::new()),
+            rule_ids: Mutex::new(HashSet::new()),
             idle_retention,
         }
     }
 
     /// The store's shared copy of `rule`.
     fn shared_rule_id(&self, rule: &RuleId) -> Arc<RuleId> {
-        let mut ids = self.rule_ids.lock().unwrap_or_else(|p| p.into_inner());
-        match ids.get(rule) {
-            Some(id) => Arc::clone(id),
-            None => {
-                let id = Arc::new(rule.clone());
-                ids.insert(rule.clone(), Arc::clone(&id));
-                id
-            }
+        let mut ids = lock(&self.rule_ids);
+        if let Some(id) = ids.get(rule) {
+            return Arc::clone(id);
         }
+        let id = Arc::new(rule.clone());
+        ids.insert(Arc::clone(&id));
+        id
     }
 
     fn hash_parts(&self, account: &[u8], scope: &[u8], rule: &[u8]) -> u64 {
@@ -347,7 +346,7 @@ impl MemoryStore {
             }
         }
         // Rule ids that only this map still holds (their buckets went).
-        self.rule_ids.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, id| Arc::strong_count(id) > 1);
+        lock(&self.rule_ids).retain(|id| Arc::strong_count(id) > 1);
         forgotten
     }
 
@@ -361,10 +360,10 @@ impl MemoryStore {
     /// top of a heap of at most `limit`, so a listing of a few buckets out
     /// of a million holds a few keys at a time, not a million.
     fn keys_since(&self, since_us: i64, limit: usize) -> Vec<BucketKey> {
-        let mut kept: BinaryHeap<BucketKey> = BinaryHeap::new();
         if limit == 0 {
             return Vec::new();
         }
+        let mut kept: BinaryHeap<BucketKey> = BinaryHeap::new();
         for shard in &self.shards {
             for slot in lock(shard).iter().filter(|s| s.last_at_us >= since_us) {
                 let key = slot.key.to_key();
@@ -539,7 +538,7 @@ mod tests {
             }
         }
         assert_eq!(spilled, 0, "account and scope fit the slot; the rule id is not copied into it");
-        assert_eq!(holders, 101, "one copy of the rule id, held by the 100 buckets and the store's map");
+        assert_eq!(holders, 101, "one copy of the rule id, held by the 100 buckets and the store's set");
         clock.advance(Duration::from_secs(120));
         assert_eq!(store.forget_idle(), 100);
         assert_eq!(ids(), 0, "the id goes with the last bucket of its rule");

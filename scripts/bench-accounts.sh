@@ -68,6 +68,36 @@ alloc() {
     END { printf "jemalloc allocated %.1f active %.1f metadata %.1f resident %.1f MB", v["allocated"], v["active"], v["metadata"], v["resident"] }'
 }
 
+# Anonymous memory by who holds it, from /proc/PID/smaps: glibc's heaps
+# (C code's malloc: SQLite), thread stacks, and the rest (jemalloc's
+# mappings: Rust's allocations and jemalloc's own bookkeeping). glibc's
+# arena heaps are 64 MB-aligned mappings of at most 64 MB; a thread's stack
+# is a 2 MB mapping just above its guard page.
+anon_kinds() {
+  python3 - "$1" <<'PY'
+import sys
+kinds = {"glibc": 0, "stacks": 0, "jemalloc": 0}
+kind = None
+for line in open(f"/proc/{sys.argv[1]}/smaps"):
+    parts = line.split()
+    if parts[0] == "Anonymous:":
+        if kind:
+            kinds[kind] += int(parts[1])
+    elif "-" in parts[0] and not parts[0].endswith(":"):
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        name = parts[5] if len(parts) > 5 else ""
+        if name == "[heap]" or (lo % (64 << 20) == 0 and hi - lo <= (64 << 20)):
+            kind = "glibc"
+        elif name == "[stack]" or (hi - lo == 2 << 20 and lo % (2 << 20) != 0):
+            kind = "stacks"
+        elif name == "":
+            kind = "jemalloc"
+        else:
+            kind = None
+print("anon by holder: " + ", ".join(f"{k} {v / 1024:.1f}" for k, v in kinds.items()) + " MB")
+PY
+}
+
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
 for mode in $MODES; do
   PORT="$(free_port)"
@@ -104,7 +134,7 @@ for mode in $MODES; do
     local redis=""
     [ -n "$RPORT" ] && redis="  redis used_memory $(used_mb "$RPORT") MB"
     printf '%-8s %-28s RSS %s MB%s  %s\n%-8s %-28s %s\n' "$mode" "$1" "$(rss_mb "$SERVER")" "$redis" "$(live "$BASE")" \
-      "" "" "$(alloc "$BASE")"
+      "" "" "$(alloc "$BASE"); $(anon_kinds "$SERVER")"
   }
   step "start"
   if [ -n "$RPORT" ]; then

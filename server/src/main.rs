@@ -18,11 +18,12 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's settings, read at its start: a background thread hands pages
 /// freed for a second back to the system, so resident memory follows what
-/// is held now, not the busiest hour (docs/decisions.md).
+/// is held now, not the busiest hour; one arena behind the threads' caches,
+/// so its bookkeeping after a peak is one arena's, not eight (docs/decisions.md).
 #[cfg(all(target_os = "linux", not(target_env = "msvc")))]
 #[allow(non_upper_case_globals, unsafe_code)]
 #[export_name = "_rjem_malloc_conf"]
-pub static malloc_conf: &[u8; 60] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+pub static malloc_conf: &[u8; 70] = b"background_thread:true,narenas:1,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
 /// jemalloc's own account of its memory, for `/metrics`
 /// ([`sluice::telemetry::AllocatorStats`]).

@@ -137,6 +137,10 @@ impl Default for PoolSettings {
     }
 }
 
+/// How long a SQLite connection may sit unused in the pool before it is
+/// closed (reopening one is a file open and three pragmas).
+pub const SQLITE_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A pooled connection to PostgreSQL or SQLite.
 #[derive(Clone)]
 pub struct Db {
@@ -164,7 +168,10 @@ impl Db {
         if backend == Backend::Sqlite {
             // SQLite allows one writer at a time; a small pool plus WAL and a
             // busy timeout keeps writers queueing instead of failing.
-            pool = pool.max_connections(settings.max_connections.min(8)).after_connect(|conn, _| {
+            // A connection unused for a minute is closed: its page cache and
+            // prepared statements (C heap, up to megabytes) go with it, so an
+            // idle server holds one connection's, not the busiest minute's.
+            pool = pool.max_connections(settings.max_connections.min(8)).idle_timeout(SQLITE_IDLE_TIMEOUT).after_connect(|conn, _| {
                 Box::pin(async move {
                     sqlx::query("PRAGMA busy_timeout = 10000").execute(&mut *conn).await?;
                     sqlx::query("PRAGMA foreign_keys = ON").execute(&mut *conn).await?;

@@ -42,9 +42,6 @@ use super::limiter::{Limiter, QuotaError};
 use super::rule::RuleId;
 use super::stats::{BucketKey, BucketStats, WAIT_BUCKETS};
 
-/// A pass that read at least this many buckets hands its freed memory back
-/// to the system afterwards ([`crate::freed_memory::release`]).
-const RELEASE_AFTER_BUCKETS: usize = 1_000;
 /// Rows per multi-row INSERT (well under both databases' bind limits).
 const INSERT_BATCH: usize = 200;
 /// Stats reads in flight during a pass.
@@ -571,12 +568,13 @@ impl QuotaHistory {
             match self.sample(&limiter, now, &instance).await {
                 Ok(outcome) => {
                     tracing::debug!(?outcome, "quota history sampled");
-                    // A pass over many buckets built and dropped tables of
-                    // them; give those pages back, as the forgetting sweep
-                    // does (with Redis, the sampler is the only such pass).
-                    if matches!(outcome, SampleOutcome::Sampled { buckets, .. } if buckets >= RELEASE_AFTER_BUCKETS) {
-                        let _ = tokio::task::spawn_blocking(crate::freed_memory::release).await;
-                    }
+                    // Once a minute, freed memory goes back to the system: a
+                    // pass over many buckets built and dropped tables of them
+                    // (with Redis the sampler is the only such pass), and
+                    // SQLite connections the pool closed since left their
+                    // page caches on the C heap's free lists. Cheap when
+                    // there is little to give back.
+                    let _ = tokio::task::spawn_blocking(crate::freed_memory::release).await;
                 }
                 Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "sampling quota history failed"),
             }

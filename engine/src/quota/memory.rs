@@ -527,7 +527,7 @@ mod tests {
         for n in 0..100 {
             store.decide_now(&args(key(&format!("seller-{n}"), "vtex_pricing", rule), limit));
         }
-        let ids = || store.rule_ids.lock().expect("rule ids").len();
+        let ids = || lock(&store.rule_ids).len();
         assert_eq!(ids(), 1);
         let (mut spilled, mut holders) = (0, 0);
         for shard in &store.shards {

@@ -66,46 +66,87 @@ ensure_node_modules() {
   fi
 }
 
-# Build the browser half: wasm → wasm-bindgen → wasm-opt, plus CSS and assets,
-# into target/site (what the server serves as site_root).
+# wasm-split (the CLI of the crate Leptos' lazy routes are built for):
+# cuts the client into a main module and one chunk per lazy page.
+WASM_SPLIT_VERSION=0.2.3
+ensure_wasm_split() {
+  if command -v wasm-split-cli >/dev/null 2>&1; then return 0; fi
+  log "installing wasm-split-cli $WASM_SPLIT_VERSION (a few minutes, once)"
+  cargo install -q --locked wasm_split_cli_support --version "$WASM_SPLIT_VERSION" --features build-binary
+}
+
+# Build the browser half into target/site (what the server serves as
+# site_root): wasm → wasm-split (the frame in the main module, each page in a
+# chunk loaded when it is first shown) → wasm-bindgen → wasm-opt, plus CSS
+# and assets.
 build_site() {
   ensure_wasm_target
   ensure_wasm_bindgen
+  ensure_wasm_split
   ensure_node_modules
   log "building the wasm client"
-  # `--cfg erase_components` comes from .cargo/config.toml, for this build
-  # and the server's alike (hydration needs both halves to agree).
+  # `--cfg erase_components` and `--emit-relocs` come from .cargo/config.toml
+  # (the first for the server's build too: hydration needs both halves to agree).
   "${WASM_CARGO_ENV[@]}" cargo build -q -p sluice-app --lib --target wasm32-unknown-unknown \
     --no-default-features --features hydrate --profile wasm-release "${WASM_CARGO_ARGS[@]}"
   local wasm="$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/sluice_app.wasm"
-  rm -rf "$SITE_DIR" && mkdir -p "$SITE_DIR/pkg"
-  wasm-bindgen --target web --no-typescript --out-dir "$SITE_DIR/pkg" --out-name sluice "$wasm"
+  local split="$CARGO_TARGET_DIR/wasm-split"
+  rm -rf "$SITE_DIR" "$split" && mkdir -p "$SITE_DIR/pkg" "$split"
+  wasm-split-cli --target web --out-name sluice "$wasm" "$split"
+  wasm-bindgen --target web --no-typescript --keep-lld-exports --no-demangle \
+    --out-dir "$SITE_DIR/pkg" --out-name sluice "$split/sluice.wasm"
+  cp "$split"/__wasm_split.js "$SITE_DIR/pkg/"
+  find "$split" -name '*.wasm' ! -name sluice.wasm -exec cp {} "$SITE_DIR/pkg/" \;
   # Debian's binaryen (108) breaks hydration; the npm build (132) is known good.
-  # --converge repeats -Oz until the module stops shrinking (about 0.6 % of
-  # the brotli size, half a minute): docs/benchmarks.md, "Browser client size".
-  "$ROOT/end2end/node_modules/.bin/wasm-opt" -Oz --converge --strip-debug --strip-producers \
-    --enable-bulk-memory --enable-nontrapping-float-to-int \
-    -o "$SITE_DIR/pkg/sluice_bg.wasm" "$SITE_DIR/pkg/sluice_bg.wasm"
+  # --converge repeats -Oz until a module stops shrinking (about 0.6 % of
+  # the brotli size): docs/benchmarks.md, "Browser client size". Two at a
+  # time; the many small shared chunks once.
+  local opt=("$ROOT/end2end/node_modules/.bin/wasm-opt" -Oz --strip-debug --strip-producers
+    --enable-bulk-memory --enable-nontrapping-float-to-int)
+  # (Its warnings about the name section wasm-split writes are dropped.)
+  local warnings
+  warnings=$(mktemp)
+  find "$SITE_DIR/pkg" -name '*.wasm' ! -name 'chunk_*' -print0 \
+    | xargs -0 -P 2 -I{} "${opt[@]}" --converge -o {} {} 2>>"$warnings" || { cat "$warnings" >&2; return 1; }
+  find "$SITE_DIR/pkg" -name 'chunk_*.wasm' -print0 \
+    | xargs -0 -P 2 -I{} "${opt[@]}" -o {} {} 2>>"$warnings" || { cat "$warnings" >&2; return 1; }
+  grep -v 'unknown name subsection' "$warnings" >&2 || true
+  rm -f "$warnings"
   cp "$ROOT/style/sluice.css" "$SITE_DIR/pkg/sluice.css"
   cp -r "$ROOT/public/." "$SITE_DIR/"
   name_site_files_by_content
   precompress_site
-  log "site built in $SITE_DIR ($(du -h "$SITE_DIR"/pkg/sluice.*.wasm | cut -f1) wasm)"
+  log "site built in $SITE_DIR ($(du -ch "$SITE_DIR"/pkg/*.wasm | tail -1 | cut -f1) wasm in $(ls "$SITE_DIR"/pkg/*.wasm | wc -l) files)"
 }
 
-# Rename the client's files to carry a hash of their content
-# (pkg/sluice.<hash>.js, .wasm, .css) and list the hashes in hash.txt, which
-# the server reads to name them in every page. A changed file gets a new
-# name, so the server may tell browsers to keep these files for a year.
+# Give the client's files names that change with their content, and list the
+# main ones in hash.txt, which the server reads to name them in every page. A
+# changed file gets a new name, so the server may tell browsers to keep these
+# files for a year (server/src/http/assets.rs). The page chunks
+# (`split_*.wasm`, `chunk_*.wasm`) carry their own hash; the glue
+# (`sluice.js`) and the chunk loader (`__wasm_split.js`) import each other,
+# so both carry one hash of everything the build made.
 name_site_files_by_content() {
-  local pkg="$SITE_DIR/pkg" js wasm css
-  js=$(sha256sum "$pkg/sluice.js" | cut -c1-16)
+  local pkg="$SITE_DIR/pkg" build wasm css f name hash
+  build=$(cat "$pkg"/*.js "$pkg"/*.wasm | sha256sum | cut -c1-16)
+  for f in "$pkg"/split_*.wasm "$pkg"/chunk_*.wasm; do
+    [ -e "$f" ] || continue
+    name=$(basename "$f" .wasm)
+    hash=$(sha256sum "$f" | cut -c1-16)
+    mv "$f" "$pkg/$name.$hash.wasm"
+    sed -i "s|\"\./$name\.wasm\"|\"./$name.$hash.wasm\"|g" "$pkg/__wasm_split.js"
+  done
+  sed -i "s|\"\./sluice\.js\"|\"./sluice.$build.js\"|g" "$pkg/__wasm_split.js"
+  # Only the module the glue imports changes name; the wasm module's import
+  # namespace stays "./__wasm_split.js".
+  sed -i -E "s#from ['\"]\./__wasm_split\.js['\"]#from './__wasm_split.$build.js'#g" "$pkg/sluice.js"
+  mv "$pkg/__wasm_split.js" "$pkg/__wasm_split.$build.js"
   wasm=$(sha256sum "$pkg/sluice_bg.wasm" | cut -c1-16)
   css=$(sha256sum "$pkg/sluice.css" | cut -c1-16)
-  mv "$pkg/sluice.js" "$pkg/sluice.$js.js"
+  mv "$pkg/sluice.js" "$pkg/sluice.$build.js"
   mv "$pkg/sluice_bg.wasm" "$pkg/sluice.$wasm.wasm"
   mv "$pkg/sluice.css" "$pkg/sluice.$css.css"
-  printf 'js: %s\nwasm: %s\ncss: %s\n' "$js" "$wasm" "$css" >"$SITE_DIR/hash.txt"
+  printf 'js: %s\nwasm: %s\ncss: %s\n' "$build" "$wasm" "$css" >"$SITE_DIR/hash.txt"
 }
 
 # Brotli and gzip siblings (x.br, x.gz) of every text and wasm file, made

@@ -54,6 +54,8 @@ if cargo tree -q -p sluice-app --target wasm32-unknown-unknown --no-default-feat
 fi
 
 build_site
+# The client's first-visit size budget (docs/benchmarks.md, "Browser client size").
+bash "$ROOT/scripts/size-budget.sh"
 
 log "building and running the Rust tests"
 cargo test --workspace --no-fail-fast --locked 2>&1

@@ -3,7 +3,7 @@
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Title};
 use leptos_router::components::{Route, Router, Routes, A};
-use leptos_router::{ParamSegment, SsrMode, StaticSegment};
+use leptos_router::{lazy_route, Lazy, LazyRoute, ParamSegment, SsrMode, StaticSegment};
 
 use crate::auth::{current_user, LoginPage, Logout, Role, UserResource};
 use crate::pages::{
@@ -73,6 +73,16 @@ fn ClientScripts(options: LeptosOptions) -> impl IntoView {
     }
 }
 
+/// Mark the page hydrated (the frame's `data-hydrated`), once the wasm client
+/// has taken over all of it: the frame and the page's chunk, which arrives
+/// after the frame (`crate::hydrate`).
+#[cfg(feature = "hydrate")]
+pub fn mark_hydrated() {
+    if let Ok(Some(frame)) = document().query_selector(".frame") {
+        let _ = frame.set_attribute("data-hydrated", "true");
+    }
+}
+
 /// One entry of the sidebar: the least role that sees it.
 struct NavItem {
     href: &'static str,
@@ -95,15 +105,11 @@ const NAV: &[NavItem] = &[
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
-    // Set once the wasm module has taken over the page; browser tests wait
-    // for it, and it is how an operator's devtools tell SSR from hydrated.
-    let hydrated = RwSignal::new(false);
-    Effect::new(move |_| hydrated.set(true));
 
     view! {
         <Title formatter=|page: String| format!("{page} · Sluice")/>
         <Router>
-            <Frame hydrated/>
+            <Frame/>
         </Router>
     }
 }
@@ -112,12 +118,16 @@ pub fn App() -> impl IntoView {
 /// every navigation, so signing in or out (a client-side redirect once
 /// hydrated) shows at once in the sidebar and in the pages' controls.
 #[component]
-fn Frame(hydrated: RwSignal<bool>) -> impl IntoView {
+fn Frame() -> impl IntoView {
     let location = leptos_router::hooks::use_location();
     let user: UserResource = crate::codec::resource(move || location.pathname.get(), |_| current_user());
     provide_context(user);
     view! {
-            <div class="frame" data-hydrated=move || hydrated.get().to_string()>
+            // "true" once the wasm client has taken over the whole page, its
+            // lazily loaded part included ([`mark_hydrated`]); browser tests
+            // wait for it, and it is how an operator's devtools tell SSR from
+            // hydrated.
+            <div class="frame" data-hydrated="false">
                 <nav class="sidebar">
                     <a class="brand" href="/">"Sluice"</a>
                     <Transition fallback=|| ()>
@@ -136,26 +146,61 @@ fn Frame(hydrated: RwSignal<bool>) -> impl IntoView {
                 </nav>
                 <main class="content">
                     <Routes fallback=|| view! { <NotFound/> }>
-                        <Route path=StaticSegment("") view=OverviewPage ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("") view={Lazy::<Overview>::new()} ssr=SsrMode::Async/>
                         <Route path=StaticSegment("login") view=LoginPage/>
-                        <Route path=StaticSegment("users") view=UsersPage ssr=SsrMode::Async/>
-                        <Route path=StaticSegment("quotas") view=QuotasPage ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("users") view={Lazy::<Users>::new()} ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("quotas") view={Lazy::<Quotas>::new()} ssr=SsrMode::Async/>
                         <Route
                             path=(StaticSegment("quotas"), ParamSegment("account"))
-                            view=QuotaAccountPage
+                            view={Lazy::<QuotaAccount>::new()}
                             ssr=SsrMode::Async
                         />
-                        <Route path=StaticSegment("deliveries") view=DeliveriesPage ssr=SsrMode::Async/>
-                        <Route path=(StaticSegment("deliveries"), ParamSegment("id")) view=DeliveryPage ssr=SsrMode::Async/>
-                        <Route path=StaticSegment("merchants") view=MerchantsPage ssr=SsrMode::Async/>
-                        <Route path=StaticSegment("breakers") view=BreakersPage ssr=SsrMode::Async/>
-                        <Route path=StaticSegment("limits") view=LimitsPage ssr=SsrMode::Async/>
-                        <Route path=StaticSegment("simulator") view=SimulatorPage ssr=SsrMode::Async/>
-                        <Route path=StaticSegment("audit") view=AuditPage ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("deliveries") view={Lazy::<Deliveries>::new()} ssr=SsrMode::Async/>
+                        <Route path=(StaticSegment("deliveries"), ParamSegment("id")) view={Lazy::<Delivery>::new()} ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("merchants") view={Lazy::<Merchants>::new()} ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("breakers") view={Lazy::<Breakers>::new()} ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("limits") view={Lazy::<Limits>::new()} ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("simulator") view={Lazy::<Simulator>::new()} ssr=SsrMode::Async/>
+                        <Route path=StaticSegment("audit") view={Lazy::<Audit>::new()} ssr=SsrMode::Async/>
                     </Routes>
                 </main>
             </div>
     }
+}
+
+/// A page whose code the browser loads when it is first shown: each is a
+/// chunk of its own in the site build (`wasm-split`, scripts/lib.sh
+/// `build_site`), so a first visit downloads the frame and the one page it
+/// opens, not every page (docs/benchmarks.md, "Browser client size").
+macro_rules! lazy_page {
+    ($($route:ident => $page:ident,)*) => {$(
+        struct $route;
+
+        #[lazy_route]
+        impl LazyRoute for $route {
+            fn data() -> Self {
+                $route
+            }
+
+            fn view(_this: Self) -> AnyView {
+                view! { <$page/> }.into_any()
+            }
+        }
+    )*};
+}
+
+lazy_page! {
+    Overview => OverviewPage,
+    Users => UsersPage,
+    Quotas => QuotasPage,
+    QuotaAccount => QuotaAccountPage,
+    Deliveries => DeliveriesPage,
+    Delivery => DeliveryPage,
+    Merchants => MerchantsPage,
+    Breakers => BreakersPage,
+    Limits => LimitsPage,
+    Simulator => SimulatorPage,
+    Audit => AuditPage,
 }
 
 #[component]

@@ -16,6 +16,23 @@ test('the server-rendered overview hydrates and its clock ticks in the browser',
   expect(errors).toEqual([]);
 });
 
+test('a first visit downloads the frame and the page it opens, not every page', async ({ page }) => {
+  await signIn(page, 'viewer');
+  const pages: string[] = [];
+  page.on('request', (r) => {
+    const m = /\/pkg\/split___([a-z_]+?)_view_/.exec(r.url());
+    if (m) pages.push(m[1]);
+  });
+  const overview = new OverviewPage(page);
+  await overview.open();
+  await overview.waitForHydration();
+  expect(pages).toEqual(['overview']);
+  // Another page's code arrives when that page is first shown.
+  await page.locator('nav.sidebar').getByRole('link', { name: 'Limits', exact: true }).click();
+  await expect(page).toHaveURL(/\/limits$/);
+  await expect.poll(() => pages).toEqual(['overview', 'limits']);
+});
+
 test('the overview is readable without JavaScript', async ({ browser }) => {
   const context = await browser.newContext({ javaScriptEnabled: false });
   const page = await context.newPage();

@@ -147,6 +147,7 @@ name_site_files_by_content() {
   mv "$pkg/sluice_bg.wasm" "$pkg/sluice.$wasm.wasm"
   mv "$pkg/sluice.css" "$pkg/sluice.$css.css"
   printf 'js: %s\nwasm: %s\ncss: %s\n' "$build" "$wasm" "$css" >"$SITE_DIR/hash.txt"
+  python3 "$ROOT/scripts/split-manifest.py" "$pkg" >"$pkg/__wasm_split_manifest.json"
 }
 
 # Brotli and gzip siblings (x.br, x.gz) of every text and wasm file, made

@@ -22,27 +22,13 @@ if [ "${SLUICE_SIZE_REBUILD:-}" = 1 ] || [ ! -f "$SITE_DIR/hash.txt" ]; then
 fi
 
 python3 - "$SITE_DIR/pkg" "$WASM_RAW_MAX" "$WASM_WIRE_MAX" <<'PY'
-import glob, os, re, sys
+import glob, json, os, sys
 
 pkg, raw_max, wire_max = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 size = lambda f, ext="": os.path.getsize(os.path.join(pkg, f + ext))
 main = os.path.basename(next(f for f in glob.glob(f"{pkg}/sluice.*.wasm")))
-[loader] = glob.glob(f"{pkg}/__wasm_split.*.js")
-js = open(loader).read()
-
-def file_of(fetcher):
-    m = re.search(r'"\./([^"]+\.wasm)"', fetcher)
-    return m.group(1) if m else None
-
-# `const __chunk_N = makeLoad(<fetcher>, []);` and
-# `export const __wasm_split_load_<split> = wrapAsyncCb(makeLoad(<fetcher>, [deps]));`
-chunks = {name: file_of(body) for name, body in re.findall(r"const (__chunk_\d+) = makeLoad\((.*?), \[\]\);", js, re.S)}
-splits = {}
-for name, body, deps in re.findall(r"export const __wasm_split_load_(\w+) = wrapAsyncCb\(makeLoad\((.*?), \[(.*?)\]\)\);", js, re.S):
-    files = [file_of(body)] + [chunks[d.strip()] for d in deps.split(",") if d.strip()]
-    splits[name] = [f for f in files if f]
-if not splits:
-    sys.exit(f"no page chunks found in {loader}: is the client split?")
+# Each page's split point and the files it fetches (scripts/split-manifest.py).
+splits = json.load(open(os.path.join(pkg, "__wasm_split_manifest.json")))
 
 print(f"{'file':<48} {'raw':>10} {'gzip':>10} {'brotli':>10}")
 for f in sorted(os.listdir(pkg)):
@@ -53,7 +39,7 @@ print(f"\nfirst visit of a page: the main module and the chunks its code needs")
 print(f"{'page code (split point)':<48} {'raw':>10} {'gzip':>10} {'brotli':>10} {'files':>6}")
 worst = None
 for name, files in sorted(splits.items()):
-    every = [main] + sorted(set(files))
+    every = [main] + [f + ".wasm" for f in files]
     raw, gz, br = (sum(size(f, ext) for f in every) for ext in ("", ".gz", ".br"))
     print(f"{name:<48} {raw:>10} {gz:>10} {br:>10} {len(every):>6}")
     if worst is None or raw > worst[1]:

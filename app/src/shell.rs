@@ -62,6 +62,8 @@ fn pkg_href(options: &LeptosOptions, kind: &str) -> String {
 /// and hydrates the page, as Leptos' own hydration script does.
 #[component]
 fn ClientScripts(options: LeptosOptions) -> impl IntoView {
+    #[cfg(feature = "ssr")]
+    provide_split_manifest(&options);
     let nonce = leptos::nonce::use_nonce();
     let js = pkg_href(&options, "js");
     let wasm = pkg_href(&options, "wasm");
@@ -80,6 +82,42 @@ fn ClientScripts(options: LeptosOptions) -> impl IntoView {
 pub fn mark_hydrated() {
     if let Ok(Some(frame)) = document().query_selector(".frame") {
         let _ = frame.set_attribute("data-hydrated", "true");
+    }
+}
+
+/// The client's split manifest (`pkg/__wasm_split_manifest.json`, written by
+/// the site build): for each page's split point, the chunk files its code
+/// fetches. Read per page, like `hash.txt`; empty without a split site
+/// (server tests).
+#[cfg(feature = "ssr")]
+#[derive(Clone, Debug, Default)]
+struct SplitManifest(std::sync::Arc<std::collections::HashMap<String, Vec<String>>>);
+
+#[cfg(feature = "ssr")]
+fn provide_split_manifest(options: &LeptosOptions) {
+    let pkg = &options.site_pkg_dir;
+    let path = std::path::Path::new(options.site_root.as_ref()).join(pkg.as_ref()).join("__wasm_split_manifest.json");
+    let files = std::fs::read(path).ok().and_then(|text| serde_json::from_slice(&text).ok()).unwrap_or_default();
+    provide_context(SplitManifest(std::sync::Arc::new(files)));
+}
+
+/// Put a `<link rel=preload>` into the head for each chunk the page `name`'s
+/// code fetches (split point `__<name>_view_<hash>`, as Leptos' `lazy_route`
+/// names it), so that they travel alongside the main module instead of
+/// being asked for only once it runs. Registered with the head's meta
+/// context, not rendered into the page, so hydration sees the same view.
+#[cfg(feature = "ssr")]
+fn preload_page_chunks(name: &str) {
+    use leptos_meta::Link;
+    let Some(SplitManifest(manifest)) = use_context::<SplitManifest>() else { return };
+    let prefix = format!("__{name}_view_");
+    let files = manifest.iter().filter(|(split, _)| split.starts_with(&prefix)).flat_map(|(_, files)| files);
+    for file in files {
+        // `to_html` on a meta component registers it with the head.
+        let _ = view! {
+            <Link rel="preload" href=format!("/pkg/{file}.wasm") as_="fetch" type_="application/wasm" crossorigin="anonymous"/>
+        }
+        .to_html();
     }
 }
 
@@ -172,8 +210,10 @@ fn Frame() -> impl IntoView {
 /// chunk of its own in the site build (`wasm-split`, scripts/lib.sh
 /// `build_site`), so a first visit downloads the frame and the one page it
 /// opens, not every page (docs/benchmarks.md, "Browser client size").
+/// `Route(name)`: `name` is the route type's name in snake case, which
+/// Leptos uses for its split point (`__<name>_view_<hash>`).
 macro_rules! lazy_page {
-    ($($route:ident => $page:ident,)*) => {$(
+    ($($route:ident($name:literal) => $page:ident,)*) => {$(
         struct $route;
 
         #[lazy_route]
@@ -183,6 +223,8 @@ macro_rules! lazy_page {
             }
 
             fn view(_this: Self) -> AnyView {
+                #[cfg(feature = "ssr")]
+                preload_page_chunks($name);
                 view! { <$page/> }.into_any()
             }
         }
@@ -190,17 +232,17 @@ macro_rules! lazy_page {
 }
 
 lazy_page! {
-    Overview => OverviewPage,
-    Users => UsersPage,
-    Quotas => QuotasPage,
-    QuotaAccount => QuotaAccountPage,
-    Deliveries => DeliveriesPage,
-    Delivery => DeliveryPage,
-    Merchants => MerchantsPage,
-    Breakers => BreakersPage,
-    Limits => LimitsPage,
-    Simulator => SimulatorPage,
-    Audit => AuditPage,
+    Overview("overview") => OverviewPage,
+    Users("users") => UsersPage,
+    Quotas("quotas") => QuotasPage,
+    QuotaAccount("quota_account") => QuotaAccountPage,
+    Deliveries("deliveries") => DeliveriesPage,
+    Delivery("delivery") => DeliveryPage,
+    Merchants("merchants") => MerchantsPage,
+    Breakers("breakers") => BreakersPage,
+    Limits("limits") => LimitsPage,
+    Simulator("simulator") => SimulatorPage,
+    Audit("audit") => AuditPage,
 }
 
 #[component]

@@ -276,7 +276,16 @@ impl Application {
         });
         let router = crate::http::router(state.clone());
         let signal_tx = stop_tx.clone();
-        let served = axum::serve(self.listener, router.into_make_service_with_connect_info::<SocketAddr>())
+        // TCP_NODELAY on every connection: hyper writes a response's head and
+        // a file's body separately, and with Nagle's algorithm the body then
+        // waits for the client's delayed ACK (~40 ms) on a kept-alive
+        // connection (docs/decisions.md, "Each page is a chunk").
+        let listener = axum::serve::ListenerExt::tap_io(self.listener, |tcp: &mut tokio::net::TcpStream| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "could not set TCP_NODELAY");
+            }
+        });
+        let served = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(async move {
                 shutdown.await;
                 let _ = signal_tx.send(true);

@@ -76,7 +76,7 @@ ensure_wasm_split() {
 }
 
 # Build the browser half into target/site (what the server serves as
-# site_root): wasm → wasm-split (the frame in the main module, each page in a
+# site_root): wasm → wasm-split (the frame in the main module, each page group in a
 # chunk loaded when it is first shown) → wasm-bindgen → wasm-opt, plus CSS
 # and assets.
 build_site() {

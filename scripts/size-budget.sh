@@ -2,7 +2,7 @@
 # The browser client's size budget, checked on the built site (target/site,
 # as scripts/lib.sh build_site leaves it; built first when missing, or always
 # with SLUICE_SIZE_REBUILD=1). The client is cut into a main module (the
-# frame, the router, the reactive runtime) and one chunk per page, fetched
+# frame, the router, the reactive runtime) and one chunk per page group, fetched
 # when the page is first shown, with chunks of code several pages share
 # (`wasm-split`). A first visit downloads the main module and what the page
 # it opens needs; that sum, for the page that needs the most, must be at most

@@ -3,8 +3,8 @@
 
 Usage: split-manifest.py PKG_DIR > PKG_DIR/__wasm_split_manifest.json
 
-For each split point (a lazy page's view, named as Leptos registers it when
-the server renders that page) the files the browser fetches the first time
+For each split point (a page group's `#[lazy]` function, named as Leptos registers it when
+the server renders one of its pages) the files the browser fetches the first time
 the page's code runs: the page's own chunk and the shared chunks it needs,
 as names without `.wasm`. The server turns the entries of the page it
 renders into `<link rel=preload>` (app/src/shell.rs); scripts/size-budget.sh

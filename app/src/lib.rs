@@ -26,7 +26,7 @@ pub use shell::{shell, App};
 pub fn hydrate() {
     console_error_panic_hook::set_once();
     // `leptos::mount::hydrate_lazy`, which waits for the page's lazily loaded
-    // chunk (each page is one, `shell::lazy_page!`), and then marks the page
+    // chunk (`shell::page_group!`), and then marks the page
     // hydrated: effects run while the chunk is still on its way, so an
     // effect would mark it too early.
     wasm_bindgen_futures::spawn_local(async {

@@ -3,7 +3,7 @@
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Title};
 use leptos_router::components::{Route, Router, Routes, A};
-use leptos_router::{lazy_route, Lazy, LazyRoute, ParamSegment, SsrMode, StaticSegment};
+use leptos_router::{Lazy, LazyRoute, ParamSegment, SsrMode, StaticSegment};
 
 use crate::auth::{current_user, LoginPage, Logout, Role, UserResource};
 use crate::pages::{
@@ -86,36 +86,40 @@ pub fn mark_hydrated() {
 }
 
 /// The client's split manifest (`pkg/__wasm_split_manifest.json`, written by
-/// the site build): for each page's split point, the chunk files its code
+/// the site build): for each page group's split point, the chunk files its code
 /// fetches. Read per page, like `hash.txt`; empty without a split site
 /// (server tests).
 #[cfg(feature = "ssr")]
 #[derive(Clone, Debug, Default)]
-struct SplitManifest(std::sync::Arc<std::collections::HashMap<String, Vec<String>>>);
+struct SplitManifest {
+    /// The client's files' directory in URLs (`pkg`).
+    pkg: String,
+    files: std::sync::Arc<std::collections::HashMap<String, Vec<String>>>,
+}
 
 #[cfg(feature = "ssr")]
 fn provide_split_manifest(options: &LeptosOptions) {
-    let pkg = &options.site_pkg_dir;
-    let path = std::path::Path::new(options.site_root.as_ref()).join(pkg.as_ref()).join("__wasm_split_manifest.json");
+    let pkg = options.site_pkg_dir.to_string();
+    let path = std::path::Path::new(options.site_root.as_ref()).join(&pkg).join("__wasm_split_manifest.json");
     let files = std::fs::read(path).ok().and_then(|text| serde_json::from_slice(&text).ok()).unwrap_or_default();
-    provide_context(SplitManifest(std::sync::Arc::new(files)));
+    provide_context(SplitManifest { pkg, files: std::sync::Arc::new(files) });
 }
 
-/// Put a `<link rel=preload>` into the head for each chunk the page `name`'s
-/// code fetches (split point `__<name>_view_<hash>`, as Leptos' `lazy_route`
+/// Put a `<link rel=preload>` into the head for each chunk the page group
+/// `name`'s code fetches (split point `<name>_<hash>`, as Leptos' `lazy`
 /// names it), so that they travel alongside the main module instead of
 /// being asked for only once it runs. Registered with the head's meta
 /// context, not rendered into the page, so hydration sees the same view.
 #[cfg(feature = "ssr")]
-fn preload_page_chunks(name: &str) {
+fn preload_group_chunks(name: &str) {
     use leptos_meta::Link;
-    let Some(SplitManifest(manifest)) = use_context::<SplitManifest>() else { return };
-    let prefix = format!("__{name}_view_");
-    let files = manifest.iter().filter(|(split, _)| split.starts_with(&prefix)).flat_map(|(_, files)| files);
+    let Some(SplitManifest { pkg, files }) = use_context::<SplitManifest>() else { return };
+    let prefix = format!("{name}_");
+    let files = files.iter().filter(|(split, _)| split.starts_with(&prefix)).flat_map(|(_, files)| files);
     for file in files {
         // `to_html` on a meta component registers it with the head.
         let _ = view! {
-            <Link rel="preload" href=format!("/pkg/{file}.wasm") as_="fetch" type_="application/wasm" crossorigin="anonymous"/>
+            <Link rel="preload" href=format!("/{pkg}/{file}.wasm") as_="fetch" type_="application/wasm" crossorigin="anonymous"/>
         }
         .to_html();
     }
@@ -206,44 +210,75 @@ fn Frame() -> impl IntoView {
     }
 }
 
-/// A page whose code the browser loads when it is first shown: each is a
-/// chunk of its own in the site build (`wasm-split`, scripts/lib.sh
-/// `build_site`), so a first visit downloads the frame and the one page it
-/// opens, not every page (docs/benchmarks.md, "Browser client size").
-/// `Route(name)`: `name` is the route type's name in snake case, which
-/// Leptos uses for its split point (`__<name>_view_<hash>`).
-macro_rules! lazy_page {
-    ($($route:ident($name:literal) => $page:ident,)*) => {$(
-        struct $route;
+/// Pages whose code the browser loads when one of them is first shown: each
+/// group is a `#[lazy]` function, a chunk of its own in the site build
+/// (`wasm-split`, scripts/lib.sh `build_site`), so a first visit downloads
+/// the frame and one group, not every page (docs/benchmarks.md, "Browser
+/// client size"). A group per page would download less but in many more
+/// files (the code two pages share is a file of its own), and on a fast
+/// link each file costs more than its bytes; four groups keep a first visit
+/// to a dozen files. `group` names the lazy function, which is the split
+/// point's name (`<group>_<hash>`) in the manifest; `preload` is the loader
+/// `#[lazy]` makes for it (`__preload_<group>`).
+macro_rules! page_group {
+    ($group:ident, $preload:ident { $($route:ident => $page:ident,)* }) => {
+        #[derive(Clone, Copy, Debug)]
+        #[allow(non_camel_case_types)]
+        enum $group {
+            $($route,)*
+        }
 
-        #[lazy_route]
-        impl LazyRoute for $route {
-            fn data() -> Self {
-                $route
-            }
-
-            fn view(_this: Self) -> AnyView {
-                #[cfg(feature = "ssr")]
-                preload_page_chunks($name);
-                view! { <$page/> }.into_any()
+        #[leptos::lazy]
+        fn $group(page: $group) -> AnyView {
+            #[cfg(feature = "ssr")]
+            preload_group_chunks(stringify!($group));
+            match page {
+                $($group::$route => view! { <$page/> }.into_any(),)*
             }
         }
-    )*};
+
+        $(
+            struct $route;
+
+            impl LazyRoute for $route {
+                fn data() -> Self {
+                    $route
+                }
+
+                async fn view(_this: Self) -> AnyView {
+                    $group($group::$route).await
+                }
+
+                // The router loads the chunk before it hydrates or shows the
+                // page (`preload` is what `#[lazy]` generates for `$group`).
+                async fn preload() {
+                    #[cfg(feature = "hydrate")]
+                    $preload().await;
+                }
+            }
+        )*
+    };
 }
 
-lazy_page! {
-    Overview("overview") => OverviewPage,
-    Users("users") => UsersPage,
-    Quotas("quotas") => QuotasPage,
-    QuotaAccount("quota_account") => QuotaAccountPage,
-    Deliveries("deliveries") => DeliveriesPage,
-    Delivery("delivery") => DeliveryPage,
-    Merchants("merchants") => MerchantsPage,
-    Breakers("breakers") => BreakersPage,
-    Limits("limits") => LimitsPage,
-    Simulator("simulator") => SimulatorPage,
-    Audit("audit") => AuditPage,
-}
+page_group!(watch_pages, __preload_watch_pages {
+    Overview => OverviewPage,
+    Quotas => QuotasPage,
+    QuotaAccount => QuotaAccountPage,
+});
+page_group!(delivery_pages, __preload_delivery_pages {
+    Deliveries => DeliveriesPage,
+    Delivery => DeliveryPage,
+    Merchants => MerchantsPage,
+    Breakers => BreakersPage,
+});
+page_group!(limit_pages, __preload_limit_pages {
+    Limits => LimitsPage,
+});
+page_group!(admin_pages, __preload_admin_pages {
+    Users => UsersPage,
+    Audit => AuditPage,
+    Simulator => SimulatorPage,
+});
 
 #[component]
 fn UserBox(username: String, role: Role) -> impl IntoView {

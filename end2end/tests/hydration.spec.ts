@@ -16,21 +16,25 @@ test('the server-rendered overview hydrates and its clock ticks in the browser',
   expect(errors).toEqual([]);
 });
 
-test('a first visit downloads the frame and the page it opens, not every page', async ({ page }) => {
+test('a first visit downloads the frame and the pages of the one it opens, not every page', async ({ page }) => {
   await signIn(page, 'viewer');
   const pages: string[] = [];
   page.on('request', (r) => {
-    const m = /\/pkg\/split___([a-z_]+?)_view_/.exec(r.url());
+    const m = /\/pkg\/split_([a-z]+)_pages_/.exec(r.url());
     if (m) pages.push(m[1]);
   });
   const overview = new OverviewPage(page);
   await overview.open();
   await overview.waitForHydration();
-  expect(pages).toEqual(['overview']);
+  expect(pages).toEqual(['watch']);
+  // The server named the page's chunks in the head, so they were fetched
+  // alongside the main module; no other page's.
+  await expect(page.locator('head link[rel="preload"][href*="/split_watch_pages_"]')).toHaveCount(1);
+  await expect(page.locator('head link[rel="preload"][href*="/split_limit_pages_"]')).toHaveCount(0);
   // Another page's code arrives when that page is first shown.
   await page.locator('nav.sidebar').getByRole('link', { name: 'Limits', exact: true }).click();
   await expect(page).toHaveURL(/\/limits$/);
-  await expect.poll(() => pages).toEqual(['overview', 'limits']);
+  await expect.poll(() => pages).toEqual(['watch', 'limit']);
 });
 
 test('the overview is readable without JavaScript', async ({ browser }) => {

@@ -209,8 +209,9 @@ fn DashboardPanel(dashboard: Dashboard) -> impl IntoView {
                     };
                     view! {
                         <li data-testid="busy-account">
-                            <a href=format!("/quotas/{}", crate::format::percent_encode(&b.account))>{b.account.clone()}</a>
-                            " " <code class="muted">{b.rule.clone()}</code>
+                            <a class="account" href=format!("/quotas/{}", crate::format::percent_encode(&b.account))
+                                title=b.account.clone()>{b.account.clone()}</a>
+                            <code class="muted" title=format!("rule {}", b.rule)>{b.scope.clone()}</code>
                             <span class=format!("share {class}")>{format!("{:.0} % of limit", b.percent)}</span>
                             <meter min="0" max="100" low="70" high="90" optimum="0" value=b.percent.min(100.0)
                                 aria-label=format!("{} at {:.0} % of its limit", b.account, b.percent)></meter>

@@ -67,7 +67,7 @@ ensure_node_modules() {
 }
 
 # wasm-split (the CLI of the crate Leptos' lazy routes are built for):
-# cuts the client into a main module and one chunk per lazy page.
+# cuts the client into a main module and one chunk per page group.
 WASM_SPLIT_VERSION=0.2.3
 ensure_wasm_split() {
   if command -v wasm-split-cli >/dev/null 2>&1; then return 0; fi

@@ -25,10 +25,10 @@ pub use shell::{shell, App};
 #[wasm_bindgen::prelude::wasm_bindgen]
 pub fn hydrate() {
     console_error_panic_hook::set_once();
-    // `leptos::mount::hydrate_lazy`, which waits for the page's lazily loaded
-    // chunk (`shell::page_group!`), and then marks the page
-    // hydrated: effects run while the chunk is still on its way, so an
-    // effect would mark it too early.
+    // What `leptos::mount::hydrate_lazy` does (hydration waits for the page's
+    // lazily loaded chunk, `shell::page_group!`), then the page is marked
+    // hydrated: effects run while the chunk is still on its way, so an effect
+    // would mark it too early.
     wasm_bindgen_futures::spawn_local(async {
         let owner = leptos::mount::hydrate_from_async(leptos::tachys::dom::body(), App).await;
         owner.forget();

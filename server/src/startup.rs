@@ -279,7 +279,8 @@ impl Application {
         // TCP_NODELAY on every connection: hyper writes a response's head and
         // a file's body separately, and with Nagle's algorithm the body then
         // waits for the client's delayed ACK (~40 ms) on a kept-alive
-        // connection (docs/decisions.md, "Each page is a chunk").
+        // connection (docs/decisions.md, "Each page group is a chunk of the
+        // browser client").
         let listener = axum::serve::ListenerExt::tap_io(self.listener, |tcp: &mut tokio::net::TcpStream| {
             if let Err(e) = tcp.set_nodelay(true) {
                 tracing::debug!(error = %e, "could not set TCP_NODELAY");

@@ -8,6 +8,7 @@
 //! a lost notification only costs the idle pause.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,18 +19,43 @@ pub use super::batch::NEW_WORK_CHANNEL;
 use crate::log_throttle::{LogThrottle, DEFAULT_PERIOD};
 
 /// A wake-up signal for one instance's worker. Cheap to clone.
+///
+/// Wake-ups that arrive while one is already on its way are absorbed into
+/// it: one step loop answers them all with one claim
+/// ([`Wake::claiming`] marks the moment it reads the queue). Without that,
+/// every intake commit (and its own `NOTIFY`, heard back) sent a step of
+/// its own to claim the handful of rows it stored, and under a steady
+/// stream of single events the database spent more round trips on claims
+/// than on the events.
 #[derive(Debug, Clone, Default)]
-pub struct Wake(Arc<Notify>);
+pub struct Wake(Arc<Inner>);
+
+#[derive(Debug, Default)]
+struct Inner {
+    notify: Notify,
+    /// A wake-up is on its way: a step was notified and has not claimed yet.
+    pending: AtomicBool,
+}
 
 impl Wake {
     /// New work is stored. A worker that is busy now steps again at once
     /// when it is done (the wake-up is kept, not lost).
     pub fn notify(&self) {
-        self.0.notify_one();
+        if !self.0.pending.swap(true, Ordering::AcqRel) {
+            self.0.notify.notify_one();
+        }
     }
 
     pub async fn notified(&self) {
-        self.0.notified().await;
+        self.0.notify.notified().await;
+    }
+
+    /// A step is about to claim: whatever was stored before now is in its
+    /// reach, and a later store needs a wake-up of its own. Call it before
+    /// the claim reads the queue, never after (a store between the read and
+    /// this would be left to the next poll).
+    pub fn claiming(&self) {
+        self.0.pending.store(false, Ordering::Release);
     }
 }
 

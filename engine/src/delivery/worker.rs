@@ -39,6 +39,13 @@ pub struct WorkerConfig {
     pub request_timeout: Duration,
     /// Pause between steps when nothing was due.
     pub idle_poll: Duration,
+    /// How long a step woken by new work waits before it claims, and how
+    /// long a write-back waits for the step's other sends, so that a steady
+    /// stream of single events is claimed and written back in groups
+    /// instead of one database round trip each. Adds up to twice this to a
+    /// delivery's latency; zero turns it off. Wall time, not the engine's
+    /// clock.
+    pub gather: Duration,
     /// Response bodies are kept up to this many bytes (as text, secrets
     /// redacted: `capture`).
     pub max_response_bytes: usize,
@@ -56,6 +63,7 @@ impl Default for WorkerConfig {
             lease: Duration::from_secs(60),
             request_timeout: Duration::from_secs(10),
             idle_poll: Duration::from_millis(500),
+            gather: DEFAULT_GATHER,
             max_response_bytes: RESPONSE_SNIPPET_BYTES,
             ladder: LadderConfig::default(),
             breaker: MerchantBreakerConfig::default(),
@@ -112,6 +120,9 @@ pub struct StepReport {
 /// waits before it is looked at again: a fixed URL is delivered to within
 /// this time.
 pub const HOLD_RECHECK: Duration = Duration::from_secs(30);
+
+/// [`WorkerConfig::gather`]'s default.
+pub const DEFAULT_GATHER: Duration = Duration::from_millis(5);
 
 /// Deliveries handled, by result (`/metrics`; a no-op without a recorder).
 pub const RESULTS_METRIC: &str = "sluice_delivery_results_total";
@@ -209,9 +220,10 @@ impl Worker {
 
     /// One step at the clock's current time: claim a batch, read it in one
     /// round trip, send with up to `concurrency` requests in flight, and
-    /// write back whatever answers are in together (one transaction per
-    /// group of finished sends, never waiting for a slow merchant to write
-    /// back the fast ones).
+    /// write back the answers in groups (one transaction per group of
+    /// finished sends: those in when the first arrives and those that
+    /// follow within `gather`, so a slow merchant holds back the write-back
+    /// of fast ones by `gather` at most).
     ///
     /// The sends run on a task of their own. A write-back holds a database
     /// transaction; if the sends were polled only between write-backs, one
@@ -242,7 +254,17 @@ impl Worker {
         });
         let mut first_error = None;
         let mut chunk = Vec::new();
+        let mut outstanding = ids.len();
         while finished.recv_many(&mut chunk, ids.len().max(1)).await > 0 {
+            // The sends still out get a moment to join this write-back.
+            let deadline = tokio::time::Instant::now() + self.config.gather;
+            while chunk.len() < outstanding {
+                match tokio::time::timeout_at(deadline, finished.recv_many(&mut chunk, ids.len())).await {
+                    Ok(n) if n > 0 => {}
+                    _ => break,
+                }
+            }
+            outstanding = outstanding.saturating_sub(chunk.len());
             let mut sent = Vec::new();
             for r in chunk.drain(..) {
                 match r {
@@ -311,6 +333,9 @@ impl Worker {
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
         loop {
+            if let Some(w) = &self.wake {
+                w.claiming();
+            }
             let pause = match self.run_once().await {
                 Ok(r) if r.claimed as u32 >= self.config.batch_size => {
                     // More may be due: bring in a sibling step that is idle.
@@ -337,11 +362,21 @@ impl Worker {
                     None => std::future::pending().await,
                 }
             };
-            tokio::select! {
+            let woken = tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
-                _ = self.clock.sleep(pause) => {}
-                _ = woken => {}
+                _ = self.clock.sleep(pause) => false,
+                _ = woken => true,
+            };
+            if woken && !self.config.gather.is_zero() {
+                // Let the stores right behind this one join its claim
+                // (their wake-ups are absorbed meanwhile, see `Wake`). Wall
+                // time on purpose: a batching window, not the engine's time.
+                tokio::select! {
+                    biased;
+                    _ = &mut shutdown => break,
+                    _ = tokio::time::sleep(self.config.gather) => {}
+                }
             }
         }
     }

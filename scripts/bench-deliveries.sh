@@ -110,7 +110,12 @@ for case in $CASES; do
   BASE="$(start_instance "$case-1")"
   for i in $(seq 2 "$instances"); do start_instance "$case-$i" > /dev/null; done
   printf '%-7s ' "$case"
+  python3 scripts/bench/cpu-split.py snapshot "$WORK/cpu"
   "$BIN/examples/delivery_load" "$BASE" "$ADMIN" "$WORKER" "$merchants" "$EVENTS" "$PRODUCERS" "$delay"
+  # Where the two cores went while the loader ran (server, loader and
+  # receiver, PostgreSQL, Redis).
+  printf '%-7s ' ""
+  python3 scripts/bench/cpu-split.py report "$WORK/cpu"
   stop_instances
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -14,7 +14,8 @@
 #        in flight each: the receiver, not the database, is the limit; with
 #        the default eight steps one instance already fills the machine).
 # Settings in the environment (SLUICE_DELIVERY_STEPS, …) reach every
-# instance; DELIVERY_LOAD_BATCH=N makes producers post N events a call.
+# instance; DELIVERY_LOAD_BATCH=N makes producers post N events a call;
+# SLUICE_BIN names the server binary (default: this checkout's release build).
 # Targets (the delivery volume issue): pg deliveries/s >= 1.0 x pgbench -N tps,
 # intake at least the same; sqlite >= 1,000/s; two2 >= 1.6 x two1.
 set -euo pipefail
@@ -29,6 +30,9 @@ REDIS="${SLUICE_TEST_REDIS_URL:-redis://127.0.0.1:6379}"
 
 cargo build -q --release --locked -p sluice --bin sluice --example delivery_load
 BIN="$CARGO_TARGET_DIR/release"
+# SLUICE_BIN=/path/to/sluice runs another build of the server (to compare two
+# builds in one session, alternating).
+SERVER="${SLUICE_BIN:-$BIN/sluice}"
 WORK="$(mktemp -d)"
 DBS=()
 # Server pids, one a line: instances are started from command substitutions.
@@ -81,7 +85,7 @@ start_instance() {
   port="$(free_port)"
   sluice_in "$name" SLUICE_LISTEN="127.0.0.1:$port" SLUICE_DELIVERY_ALLOW_NETWORKS="127.0.0.0/8" SLUICE_DELIVERY_REQUIRE_HTTPS=false \
     SLUICE_DELIVERY_STEPS="$steps" \
-    SLUICE_SITE_ROOT="$WORK/no-site" "$BIN/sluice" serve > "$WORK/$name.log" 2>&1 &
+    SLUICE_SITE_ROOT="$WORK/no-site" "$SERVER" serve > "$WORK/$name.log" 2>&1 &
   echo $! >> "$PIDFILE"
   for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/healthz" > /dev/null 2>&1 && break; sleep 0.1; done
   echo "http://127.0.0.1:$port"
@@ -104,9 +108,9 @@ for case in $CASES; do
     db="${PG%/*}/$name"
     redis="$REDIS"
   fi
-  (sluice_in "$case-1" "$BIN/sluice" migrate > /dev/null)
-  ADMIN="$(sluice_in "$case-1" "$BIN/sluice" token add --name bench-admin --scope admin 2>/dev/null)"
-  WORKER="$(sluice_in "$case-1" "$BIN/sluice" token add --name bench-worker --scope worker 2>/dev/null)"
+  (sluice_in "$case-1" "$SERVER" migrate > /dev/null)
+  ADMIN="$(sluice_in "$case-1" "$SERVER" token add --name bench-admin --scope admin 2>/dev/null)"
+  WORKER="$(sluice_in "$case-1" "$SERVER" token add --name bench-worker --scope worker 2>/dev/null)"
   BASE="$(start_instance "$case-1")"
   for i in $(seq 2 "$instances"); do start_instance "$case-$i" > /dev/null; done
   printf '%-7s ' "$case"

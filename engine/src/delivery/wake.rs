@@ -101,3 +101,25 @@ pub async fn listen(url: String, wake: Wake, shutdown: impl Future<Output = ()>)
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+
+    #[test]
+    fn wake_ups_while_one_is_on_its_way_are_absorbed_until_a_step_claims() {
+        let wake = Wake::default();
+        wake.notify();
+        wake.notify();
+        wake.notify();
+        assert!(wake.notified().now_or_never().is_some(), "the first wake-up is kept for a busy step");
+        assert!(wake.notified().now_or_never().is_none(), "the two after it joined the first");
+        wake.notify();
+        assert!(wake.notified().now_or_never().is_none(), "no step has claimed yet: still absorbed");
+        wake.claiming();
+        wake.notify();
+        assert!(wake.notified().now_or_never().is_some(), "after a claim, new work wakes a step again");
+    }
+}

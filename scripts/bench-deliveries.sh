@@ -61,6 +61,10 @@ pgbench -q -i -s 10 "${PG%/*}/$PGB" > /dev/null 2>&1
 TPS="$(pgbench -N -c 16 -j 2 -T 15 "${PG%/*}/$PGB" 2>/dev/null | awk '/^tps = / { printf "%d", $3 }')"
 echo "reference: pgbench -N -c 16 -j 2 -T 15: $TPS tps"
 
+# Transactions ended in database NAME so far (a statement outside a
+# transaction counts as one), as its backends have reported them.
+xacts() { psql "$PG" -Atqc "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = '$1'"; }
+
 # sluice_in NAME [VAR=VALUE …] COMMAND…: run COMMAND as instance NAME of the
 # current case: the case's database ($db, empty for the embedded SQLite) and
 # Redis ($redis), a Redis prefix shared by the case's instances, and a data
@@ -115,11 +119,17 @@ for case in $CASES; do
   for i in $(seq 2 "$instances"); do start_instance "$case-$i" > /dev/null; done
   printf '%-7s ' "$case"
   python3 scripts/bench/cpu-split.py snapshot "$WORK/cpu"
+  [ -n "$db" ] && xacts_before="$(xacts "$name")"
   "$BIN/examples/delivery_load" "$BASE" "$ADMIN" "$WORKER" "$merchants" "$EVENTS" "$PRODUCERS" "$delay"
   # Where the two cores went while the loader ran (server, loader and
-  # receiver, PostgreSQL, Redis).
+  # receiver, PostgreSQL, Redis), and what each event cost the database.
   printf '%-7s ' ""
   python3 scripts/bench/cpu-split.py report "$WORK/cpu"
   stop_instances
+  if [ -n "$db" ]; then
+    # Read after the instances stopped: a backend reports its counts when it ends.
+    printf '%-7s PostgreSQL transactions per event: %s\n' "" \
+      "$(awk -v a="$xacts_before" -v b="$(xacts "$name")" -v n="$EVENTS" 'BEGIN { printf "%.2f", (b - a) / n }')"
+  fi
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

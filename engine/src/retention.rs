@@ -224,7 +224,8 @@ impl Retention {
 async fn delete_in(conn: &mut AnyConnection, head: &str, ids: &[String], tail: &str) -> Result<u64, sqlx::Error> {
     let marks = (1..=ids.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
     let sql = format!("{head} ({marks}){tail}");
-    let mut q = sqlx::query(&sql);
+    // Not kept prepared (see `quota::history`): one statement per batch length.
+    let mut q = sqlx::query(&sql).persistent(false);
     for id in ids {
         q = q.bind(id.as_str());
     }

@@ -66,3 +66,4 @@ async fn the_page_caches_of_all_pooled_connections_are_given_back() {
     assert_eq!(n, 24_000);
     assert!(sqlite_memory() > after + 1_000_000, "a scan fills a cache again");
 }
+

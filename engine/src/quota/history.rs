@@ -43,6 +43,10 @@ use super::rule::RuleId;
 use super::stats::{BucketKey, BucketStats, WAIT_BUCKETS};
 
 /// Rows per multi-row INSERT (well under both databases' bind limits).
+/// Those statements, and the `IN (…)` reads of as many accounts, are not
+/// kept prepared (`persistent(false)`): a 200-row INSERT prepared in SQLite
+/// holds about 200 KB, each connection would keep one per length it has
+/// seen, and they run once a minute (or per page view).
 const INSERT_BATCH: usize = 200;
 /// Stats reads in flight during a pass.
 const READS_IN_FLIGHT: usize = 16;
@@ -316,7 +320,7 @@ impl QuotaHistory {
                     );
                     sql.push_str(&value_rows(deltas.len(), 8, 1));
                     sql.push_str(" ON CONFLICT (account, rule_id, at) DO NOTHING");
-                    let mut q = sqlx::query(&sql);
+                    let mut q = sqlx::query(&sql).persistent(false);
                     for (key, _, d) in &deltas {
                         q = q
                             .bind(key.account.as_str())
@@ -339,7 +343,7 @@ impl QuotaHistory {
                 " ON CONFLICT (account, rule_id) DO UPDATE SET at = excluded.at, grants = excluded.grants, \
                  penalties = excluded.penalties, refusals = excluded.refusals, wait_hist = excluded.wait_hist",
             );
-            let mut q = sqlx::query(&sql);
+            let mut q = sqlx::query(&sql).persistent(false);
             for (key, c, _) in chunk {
                 q = q
                     .bind(key.account.as_str())
@@ -391,7 +395,7 @@ impl QuotaHistory {
             );
             sql.push_str(&placeholder_list(chunk.len(), 1));
             sql.push(')');
-            let mut q = sqlx::query(&sql);
+            let mut q = sqlx::query(&sql).persistent(false);
             for a in chunk {
                 q = q.bind(*a);
             }
@@ -432,7 +436,7 @@ impl QuotaHistory {
             );
             sql.push_str(&placeholder_list(chunk.len(), 2));
             sql.push_str(") GROUP BY account, rule_id");
-            let mut q = sqlx::query(&sql).bind(since);
+            let mut q = sqlx::query(&sql).persistent(false).bind(since);
             for a in chunk {
                 q = q.bind(*a);
             }

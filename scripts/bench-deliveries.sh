@@ -124,7 +124,7 @@ for case in $CASES; do
   # Where the two cores went while the loader ran (server, loader and
   # receiver, PostgreSQL, Redis), and what each event cost the database.
   printf '%-7s ' ""
-  python3 scripts/bench/cpu-split.py report "$WORK/cpu"
+  python3 scripts/bench/cpu-split.py report "$WORK/cpu" $$ delivery_load
   stop_instances
   if [ -n "$db" ]; then
     # Read after the instances stopped: a backend reports its counts when it ends.

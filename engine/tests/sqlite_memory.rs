@@ -1,6 +1,6 @@
-//! SQLite's page caches go back when asked (`Db::release_cache_memory`, run
-//! once a minute by the quota history sampler), those of every pooled
-//! connection at once. A binary of its own: it reads SQLite's process-wide
+//! SQLite's memory goes back when asked (`Db::release_idle_memory`, run once
+//! a minute by the quota history sampler): idle connections but one close,
+//! and the page caches of all go. A binary of its own: it reads SQLite's process-wide
 //! memory counter, which other tests' databases would move.
 
 use sluice_engine::db::testing::TestDb;
@@ -54,12 +54,15 @@ async fn the_page_caches_of_all_pooled_connections_are_given_back() {
     back_in_pool(pool, 3).await;
 
     let before = sqlite_memory();
-    db.release_cache_memory().await;
+    assert_eq!(pool.size(), 3);
+    db.release_idle_memory().await;
     let after = sqlite_memory();
     assert!(
         before - after >= 5_000_000,
         "three connections' caches (~2 MB each) should be given back: {before} -> {after} bytes"
     );
+    back_in_pool(pool, 1).await;
+    assert_eq!((pool.size(), pool.num_idle()), (1, 1), "two of the three idle connections were closed");
 
     // The connections still answer, reading their pages again.
     let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM filler WHERE v <> ''").fetch_one(pool).await.unwrap();

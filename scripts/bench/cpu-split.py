@@ -4,12 +4,15 @@ cores went during a run (docs/benchmarks.md, "Where a single-event intake's
 time goes").
 
   cpu-split.py snapshot FILE        write every process's CPU time so far
-  cpu-split.py report FILE          CPU used since FILE, by group, in cores
+  cpu-split.py report FILE [PID NAME]
+                                    CPU used since FILE, by group, in cores;
+                                    children PID waited for count as NAME
 
 Groups are named by the process's command (`sluice`, `delivery_load`,
 `postgres`, `redis-server`, …); the rest of the machine is `other` and the
-idle share `idle`. A process that exited between the two readings is not
-counted (its time is lost to the report, not to another group).
+idle share `idle`. A process that exited between the two readings counts
+as `other`, unless its parent waited for it and is named by PID (the
+benchmark's shell, for a loader it ran in the foreground).
 """
 import json
 import os
@@ -35,7 +38,8 @@ def processes():
         fields = stat[stat.rindex(")") + 2 :].split()
         # utime and stime are fields 14 and 15 of the whole line.
         ticks = int(fields[11]) + int(fields[12])
-        out[pid] = (comm, ticks)
+        children = int(fields[13]) + int(fields[14])
+        out[pid] = (comm, ticks, children)
     return out
 
 
@@ -53,16 +57,20 @@ def snapshot(path):
         json.dump({"procs": processes(), "total": total, "idle": idle, "at": time.time()}, f)
 
 
-def report(path):
+def report(path, waiter=None, waited_name=None):
     with open(path) as f:
         before = json.load(f)
     seconds = max(time.time() - before["at"], 1e-3)
     total, idle = machine()
     used = {}
-    for pid, (comm, ticks) in processes().items():
+    now = processes()
+    if waiter in now and waiter in before["procs"]:
+        used[waited_name] = now[waiter][2] - before["procs"][waiter][2]
+    for pid, (comm, ticks, _) in now.items():
         prev = before["procs"].get(pid)
         start = prev[1] if prev and prev[0] == comm else 0
-        group = comm if comm in GROUPS else "other"
+        # A build of the server under another name (sluice-base) is still it.
+        group = next((g for g in GROUPS if comm == g or comm.startswith(g + "-")), "other")
         used[group] = used.get(group, 0) + (ticks - start)
     busy_other = (total - before["total"]) - (idle - before["idle"]) - sum(used.values())
     used["other"] = used.get("other", 0) + max(busy_other, 0)
@@ -76,5 +84,7 @@ if __name__ == "__main__":
         snapshot(sys.argv[2])
     elif len(sys.argv) == 3 and sys.argv[1] == "report":
         report(sys.argv[2])
+    elif len(sys.argv) == 5 and sys.argv[1] == "report":
+        report(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
         sys.exit(__doc__)

@@ -207,23 +207,35 @@ impl Db {
         self.backend
     }
 
-    /// SQLite: hand the page caches back (`PRAGMA shrink_memory`). Every
-    /// connection keeps up to 2 MB of the pages it read or wrote, and the
-    /// pool hands its idle connections out in turn, so anything that polls
-    /// (the delivery worker, every half second) keeps them all open and their
-    /// caches as full as the busiest minute left them. The bundled SQLite is
-    /// built with `SQLITE_ENABLE_MEMORY_MANAGEMENT`, which puts the caches of
-    /// all connections in one group: one call on any connection frees every
-    /// page no statement is using. Called once a minute by the quota history
-    /// sampler, before freed memory goes back to the system; the next query
-    /// reads its pages from the operating system's file cache again.
+    /// SQLite: close the pool's idle connections but one, and hand the
+    /// page caches back (`PRAGMA shrink_memory`). Each connection keeps a
+    /// page cache (up to 2 MB), its schema, its prepared statements and a
+    /// lookaside buffer, and the pool hands its idle connections out in
+    /// turn: anything that polls (the delivery worker, every half second)
+    /// keeps every connection the busiest minute opened in use, so the idle
+    /// timeout ([`SQLITE_IDLE_TIMEOUT`]) never ends them. The bundled SQLite
+    /// is built with `SQLITE_ENABLE_MEMORY_MANAGEMENT`, which puts the page
+    /// caches of all connections in one group: one `shrink_memory` frees
+    /// every page no statement is using. Called once a minute by the quota
+    /// history sampler, before freed memory goes back to the system; a busy
+    /// moment opens connections again (a file open and three pragmas each).
     /// PostgreSQL: nothing to do.
-    pub async fn release_cache_memory(&self) {
+    pub async fn release_idle_memory(&self) {
         if self.backend != Backend::Sqlite {
             return;
         }
-        if let Err(e) = sqlx::query("PRAGMA shrink_memory").execute(&self.pool).await {
-            tracing::debug!(error = &e as &dyn std::error::Error, "shrinking SQLite's page cache failed");
+        let mut idle = Vec::new();
+        while let Some(conn) = self.pool.try_acquire() {
+            idle.push(conn);
+        }
+        for surplus in idle.drain(idle.len().min(1)..) {
+            let _ = surplus.close().await;
+        }
+        // None idle: every connection is at work, and there is nothing to give back.
+        if let Some(kept) = idle.first_mut() {
+            if let Err(e) = sqlx::query("PRAGMA shrink_memory").execute(&mut **kept).await {
+                tracing::debug!(error = &e as &dyn std::error::Error, "shrinking SQLite's page cache failed");
+            }
         }
     }
 

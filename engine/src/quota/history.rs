@@ -575,11 +575,10 @@ impl QuotaHistory {
                     // Once a minute, freed memory goes back to the system: a
                     // pass over many buckets built and dropped tables of them
                     // (with Redis the sampler is the only such pass), and
-                    // SQLite gives up its page caches (the pass wrote many
-                    // rows) or left them on the C heap's free lists (the
-                    // connections the pool closed). Cheap when there is
+                    // SQLite's idle connections close and its page caches
+                    // go (the pass wrote many rows). Cheap when there is
                     // little to give back.
-                    self.db.release_cache_memory().await;
+                    self.db.release_idle_memory().await;
                     let _ = tokio::task::spawn_blocking(crate::freed_memory::release).await;
                 }
                 Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "sampling quota history failed"),

@@ -40,9 +40,9 @@ pub struct WorkerConfig {
     /// Pause between steps when nothing was due.
     pub idle_poll: Duration,
     /// How long a step woken by new work waits before it claims, and how
-    /// long a write-back waits for the step's other sends, so that a steady
-    /// stream of single events is claimed and written back in groups
-    /// instead of one database round trip each. Adds up to twice this to a
+    /// long a write-back of a part batch waits for the step's other sends,
+    /// so that a steady stream of single events is claimed and written back
+    /// in groups instead of one database round trip each. Adds up to twice this to a
     /// delivery's latency; zero turns it off. Wall time, not the engine's
     /// clock.
     pub gather: Duration,
@@ -221,9 +221,9 @@ impl Worker {
     /// One step at the clock's current time: claim a batch, read it in one
     /// round trip, send with up to `concurrency` requests in flight, and
     /// write back the answers in groups (one transaction per group of
-    /// finished sends: those in when the first arrives and those that
-    /// follow within `gather`, so a slow merchant holds back the write-back
-    /// of fast ones by `gather` at most).
+    /// finished sends: those in when the first arrives and, when the batch
+    /// was not full, those that follow within `gather`, so a slow merchant
+    /// holds back the write-back of fast ones by `gather` at most).
     ///
     /// The sends run on a task of their own. A write-back holds a database
     /// transaction; if the sends were polled only between write-backs, one
@@ -255,9 +255,12 @@ impl Worker {
         let mut first_error = None;
         let mut chunk = Vec::new();
         let mut outstanding = ids.len();
+        // A part batch is a trickle of new work: the sends still out get a
+        // moment to join a write-back. A full one is a backlog, where
+        // writing back while the rest are sent keeps the step short.
+        let gather = if ids.len() < self.config.batch_size as usize { self.config.gather } else { Duration::ZERO };
         while finished.recv_many(&mut chunk, ids.len().max(1)).await > 0 {
-            // The sends still out get a moment to join this write-back.
-            let deadline = tokio::time::Instant::now() + self.config.gather;
+            let deadline = tokio::time::Instant::now() + gather;
             while chunk.len() < outstanding {
                 match tokio::time::timeout_at(deadline, finished.recv_many(&mut chunk, ids.len())).await {
                     Ok(n) if n > 0 => {}
@@ -368,7 +371,10 @@ impl Worker {
                 _ = self.clock.sleep(pause) => false,
                 _ = woken => true,
             };
-            if woken && !self.config.gather.is_zero() {
+            // Only a step that was idle waits: after a full batch the
+            // wake-up is the step's own call for a sibling (and a zero sleep
+            // is not ready at once), and the backlog goes on at once.
+            if woken && !pause.is_zero() && !self.config.gather.is_zero() {
                 // Let the stores right behind this one join its claim
                 // (their wake-ups are absorbed meanwhile, see `Wake`). Wall
                 // time on purpose: a batching window, not the engine's time.

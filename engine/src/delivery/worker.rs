@@ -42,9 +42,9 @@ pub struct WorkerConfig {
     /// How long a step woken by new work waits before it claims, and how
     /// long a write-back of a part batch waits for the step's other sends,
     /// so that a steady stream of single events is claimed and written back
-    /// in groups instead of one database round trip each. Adds up to twice this to a
-    /// delivery's latency; zero turns it off. Wall time, not the engine's
-    /// clock.
+    /// in groups instead of one database round trip each. Adds up to twice
+    /// this to a delivery's latency; zero turns it off. Wall time, not the
+    /// engine's clock.
     pub gather: Duration,
     /// Response bodies are kept up to this many bytes (as text, secrets
     /// redacted: `capture`).

@@ -37,24 +37,26 @@ for f in sorted(os.listdir(pkg)):
 
 print(f"\nfirst visit of a page: the main module and the chunks its code needs")
 print(f"{'page code (split point)':<48} {'raw':>10} {'gzip':>10} {'brotli':>10} {'files':>6}")
-worst = None
+visits = []
 for name, files in sorted(splits.items()):
     every = [main] + [f + ".wasm" for f in files]
     raw, gz, br = (sum(size(f, ext) for f in every) for ext in ("", ".gz", ".br"))
     print(f"{name:<48} {raw:>10} {gz:>10} {br:>10} {len(every):>6}")
-    if worst is None or raw > worst[1]:
-        worst = (name, raw, br)
+    visits.append((name, raw, br))
 total = sum(size(f) for f in os.listdir(pkg) if f.endswith(".wasm"))
 print(f"\nmain module {size(main)} bytes raw, {size(main, '.br')} brotli; all wasm files together {total} raw")
-name, raw, br = worst
+# Each budget against the page that comes closest to it: the largest visit
+# before compression need not be the largest over the wire.
+raw_name, raw, _ = max(visits, key=lambda v: v[1])
+br_name, _, br = max(visits, key=lambda v: v[2])
 over = False
 if raw > raw_max:
-    print(f"over budget: a first visit of {name} downloads {raw} bytes of wasm before compression (budget {raw_max})", file=sys.stderr)
+    print(f"over budget: a first visit of {raw_name} downloads {raw} bytes of wasm before compression (budget {raw_max})", file=sys.stderr)
     over = True
 if br > wire_max:
-    print(f"over budget: a first visit of {name} downloads {br} bytes of wasm over the wire, brotli (budget {wire_max})", file=sys.stderr)
+    print(f"over budget: a first visit of {br_name} downloads {br} bytes of wasm over the wire, brotli (budget {wire_max})", file=sys.stderr)
     over = True
 if not over:
-    print(f"within budget: the largest first visit ({name}) is {raw} bytes raw (<= {raw_max}), {br} brotli (<= {wire_max})")
+    print(f"within budget: the largest first visit is {raw} bytes raw ({raw_name}, <= {raw_max}), {br} brotli ({br_name}, <= {wire_max})")
 sys.exit(1 if over else 0)
 PY

@@ -18,6 +18,7 @@ use sluice_engine::db::{Backend, Db, PoolSettings};
 use sluice_engine::delivery::ssrf::SsrfPolicy;
 use sluice_engine::delivery::merchant_breaker::MerchantBreakerConfig;
 use sluice_engine::delivery::ladder::LadderConfig;
+use sluice_engine::delivery::handoff::Handoff;
 use sluice_engine::delivery::intake::{DEFAULT_MAX_BATCH, DEFAULT_MAX_IN_FLIGHT};
 use sluice_engine::delivery::{DeliveryStore, Intake, Wake, Worker, WorkerConfig};
 use sluice_engine::quota::history::{HistoryConfig, QuotaHistory};
@@ -140,7 +141,17 @@ impl Application {
         let (profiles_repo, retry_profiles) = load_retry_profiles(&db, &clock).await?;
         let deliveries = DeliveryStore::new(db.clone());
         let wake = Wake::default();
-        let intake = Intake::start(deliveries.clone(), wake.clone(), DEFAULT_MAX_BATCH, DEFAULT_MAX_IN_FLIGHT);
+        // On PostgreSQL an instance that delivers takes what its own intake
+        // stores straight to its steps, claimed (docs/decisions.md, "Intake
+        // hands its deliveries to its own steps"); one batch per step can
+        // wait there. On SQLite a claim is cheap and the one step does better
+        // claiming whole batches (measured).
+        let handoff = (settings.delivery_worker && db.backend() == Backend::Postgres).then(|| {
+            let lease = worker_config(&settings).lease;
+            let capacity = settings.delivery_batch_size as usize * settings.delivery_steps as usize;
+            Handoff::new(format!("intake-{}", ulid::Ulid::new()), capacity, lease)
+        });
+        let intake = Intake::start(deliveries.clone(), wake.clone(), DEFAULT_MAX_BATCH, DEFAULT_MAX_IN_FLIGHT, handoff.clone());
         let upstream_breakers = build_upstream_breakers(&settings, &clock);
         let gate_config = PermitGateConfig {
             ignored_rules: settings.upstream_breaker_ignore_rules.iter().map(|id| RuleId(id.clone())).collect(),
@@ -182,6 +193,7 @@ impl Application {
             deliveries,
             intake,
             wake,
+            handoff,
             db,
             clock,
             limiter,
@@ -246,6 +258,10 @@ impl Application {
             let worker = Worker::new(state.deliveries.clone(), state.clock.clone(), worker_config(&state.settings))
                 .context("delivery worker settings")?
                 .with_wake(state.wake.clone());
+            let worker = match &state.handoff {
+                Some(h) => worker.with_handoff(h.clone()),
+                None => worker,
+            };
             // Each step loop claims under its own name: a loop takes back
             // its own unfinished claims at once, never a sibling's in flight.
             for n in 0..state.settings.delivery_steps {

@@ -8,6 +8,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use sluice_app::ssr::AppContext;
 use sluice_engine::clock::SharedClock;
 use sluice_engine::db::Db;
+use sluice_engine::delivery::handoff::Handoff;
 use sluice_engine::delivery::{DeliveryStore, Intake, Wake};
 use sluice_engine::quota::{Limiter, RulesRepo};
 use sluice_engine::retry::profiles_repo::ProfilesRepo;
@@ -50,6 +51,9 @@ pub struct Shared {
     pub intake: Intake,
     /// Wakes this instance's delivery worker when intake stored new work.
     pub wake: Wake,
+    /// Deliveries this instance's intake stored claimed for its own steps
+    /// (`None` when it does not deliver).
+    pub handoff: Option<Handoff>,
     pub health: Arc<Health>,
     pub leptos_options: LeptosOptions,
     pub prometheus: PrometheusHandle,

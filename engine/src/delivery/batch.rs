@@ -17,12 +17,21 @@ use super::merchant_breaker::MerchantBreaker;
 use super::model::*;
 use super::money::{event_status, is_money_event};
 use super::row::{self, ATTEMPT_COLS, BREAKER_COLS, DELIVERY_COLS, MERCHANT_COLS};
-use super::store::{AttemptRecord, DeliveryStore, Job, StoreError};
+use super::store::{AnyQuery, AttemptRecord, DeliveryStore, Job, StoreError};
 use crate::clock::Timestamp;
 use crate::db::{placeholder_list, value_rows, Backend};
 
 /// The PostgreSQL channel intake notifies when it stored new deliveries.
 pub const NEW_WORK_CHANNEL: &str = "sluice_new_deliveries";
+
+/// New deliveries an intake transaction stores claimed for its own
+/// instance's steps: up to `places` of them, leased to `owner` until `until`.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimAtIntake<'a> {
+    pub owner: &'a str,
+    pub until: Timestamp,
+    pub places: usize,
+}
 
 /// One event of a batch, checked and ready to store.
 struct Prepared<'a> {
@@ -49,6 +58,21 @@ impl DeliveryStore {
     /// unknown merchant). The outer error is for the batch as a whole (the
     /// database is unreachable): then nothing was stored.
     pub async fn accept_events(&self, events: &[EventIn], now: Timestamp) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
+        Ok(self.accept_events_claiming(events, now, None).await?.0)
+    }
+
+    /// [`DeliveryStore::accept_events`], storing up to `claim.places` of the
+    /// new deliveries already claimed (DELIVERING, leased to `claim.owner`
+    /// until `claim.until`) for the caller's own steps
+    /// ([`super::handoff`]); the rest are stored PENDING. Returns the
+    /// answers and the ids stored claimed.
+    pub async fn accept_events_claiming(
+        &self,
+        events: &[EventIn],
+        now: Timestamp,
+        claim: Option<ClaimAtIntake<'_>>,
+    ) -> Result<(Vec<Result<Accepted, StoreError>>, Vec<DeliveryId>), StoreError> {
+        let mut claimed = Vec::new();
         let mut answers: Vec<Option<Result<Accepted, StoreError>>> = Vec::with_capacity(events.len());
         let mut ready = Vec::with_capacity(events.len());
         for (i, e) in events.iter().enumerate() {
@@ -71,9 +95,10 @@ impl DeliveryStore {
                 break;
             }
             let mut conn = self.db().pool().begin().await?;
-            match insert_events(&mut conn, self.db().backend(), &ready, now).await {
-                Ok(found) => {
+            match insert_events(&mut conn, self.db().backend(), &ready, now, claim).await {
+                Ok((found, stored_claimed)) => {
                     conn.commit().await?;
+                    claimed = stored_claimed;
                     for ((i, _), answer) in ready.iter().zip(found) {
                         answers[*i] = Some(Ok(answer));
                     }
@@ -100,7 +125,7 @@ impl DeliveryStore {
             }
         }
         // Every event was answered above: stored, refused, or the batch failed.
-        Ok(answers.into_iter().map(|a| a.unwrap_or(Err(StoreError::Db(sqlx::Error::RowNotFound)))).collect())
+        Ok((answers.into_iter().map(|a| a.unwrap_or(Err(StoreError::Db(sqlx::Error::RowNotFound)))).collect(), claimed))
     }
 
     async fn known_merchants<'a>(&self, ids: impl Iterator<Item = &'a MerchantId>) -> Result<HashMap<String, ()>, StoreError> {
@@ -153,28 +178,19 @@ impl DeliveryStore {
         Ok(self.finish_attempts(std::slice::from_ref(rec), owner, now).await?.first().copied().unwrap_or(false))
     }
 
-    /// Record attempts and write their ladder decisions, in one transaction
-    /// of two statements. Every attempt is kept (it happened); a delivery is
+    /// Record attempts and write their ladder decisions, atomically: one
+    /// statement on PostgreSQL, a transaction of two on SQLite. Every attempt is kept (it happened); a delivery is
     /// updated only if `owner` still holds its lease. Returns, per record,
     /// whether it did.
     pub async fn finish_attempts(&self, recs: &[AttemptRecord], owner: &str, now: Timestamp) -> Result<Vec<bool>, StoreError> {
         if recs.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = self.db().pool().begin().await?;
-        let cols = ATTEMPT_COLS.split(',').count();
-        let sql = format!("INSERT INTO attempts ({ATTEMPT_COLS}) VALUES {}", value_rows(recs.len(), cols, 1));
-        let mut q = sqlx::query(&sql);
-        for rec in recs {
-            q = super::store::bind_attempt(q, &rec.attempt)?;
-        }
-        q.execute(&mut *tx).await?;
-
         const STEP_COLS: usize = 11;
-        let sql = format!(
-            "WITH v (delivery_id, status, ladder, fast_attempts, slow_steps, slow_started_at, next_attempt_at, failed_reason, \
-             finished_at, last_status_code, last_error) AS (VALUES {}) \
-             UPDATE deliveries SET status = v.status, ladder = COALESCE(v.ladder, deliveries.ladder), \
+        let attempt_cols = ATTEMPT_COLS.split(',').count();
+        let steps = value_rows(recs.len(), STEP_COLS, 3);
+        let update = format!(
+            "UPDATE deliveries SET status = v.status, ladder = COALESCE(v.ladder, deliveries.ladder), \
              fast_attempts = COALESCE(v.fast_attempts, deliveries.fast_attempts), \
              slow_steps = COALESCE(v.slow_steps, deliveries.slow_steps), \
              slow_started_at = COALESCE(v.slow_started_at, deliveries.slow_started_at), \
@@ -182,35 +198,66 @@ impl DeliveryStore {
              failed_reason = v.failed_reason, finished_at = v.finished_at, last_status_code = v.last_status_code, \
              last_error = v.last_error, lease_owner = NULL, lease_until = NULL, deferred = FALSE, updated_at = $2 \
              FROM v WHERE deliveries.id = v.delivery_id AND deliveries.status = 'DELIVERING' AND deliveries.lease_owner = $1 \
-             RETURNING id",
-            value_rows(recs.len(), STEP_COLS, 3)
+             RETURNING id"
         );
-        let mut q = sqlx::query(&sql).bind(owner).bind(now.as_millis());
-        for rec in recs {
-            let a = &rec.attempt;
-            let (status, ladder, state, next_at, failed, finished) = match rec.decision {
-                Decision::Delivered => (DeliveryStatus::Delivered, None, None, None, None, Some(now)),
-                Decision::Retry { at, ladder, state } => (DeliveryStatus::Pending, Some(ladder), Some(state), Some(at), None, None),
-                Decision::Failed { reason, state } => (DeliveryStatus::Failed, None, Some(state), None, Some(reason), Some(now)),
-            };
-            q = q
-                .bind(a.delivery_id.as_str())
-                .bind(status.as_str())
-                .bind(ladder.map(Ladder::as_str))
-                .bind(state.map(|s| i64::from(s.fast_attempts)))
-                .bind(state.map(|s| i64::from(s.slow_steps)))
-                .bind(state.and_then(|s| s.slow_started_at).map(Timestamp::as_millis))
-                .bind(next_at.map(Timestamp::as_millis))
-                .bind(failed.map(FailedReason::as_str))
-                .bind(finished.map(Timestamp::as_millis))
-                .bind(a.status_code.map(i64::from))
-                .bind(a.error.as_deref());
-        }
-        let updated = q.fetch_all(&mut *tx).await?;
-        tx.commit().await?;
+        let v = "v (delivery_id, status, ladder, fast_attempts, slow_steps, slow_started_at, next_attempt_at, failed_reason, \
+                 finished_at, last_status_code, last_error)";
+        let updated = match self.db().backend() {
+            // One statement, so one round trip and no explicit transaction:
+            // PostgreSQL runs a data-modifying WITH to completion, atomically
+            // with the update.
+            Backend::Postgres => {
+                let attempts = value_rows(recs.len(), attempt_cols, 3 + recs.len() * STEP_COLS);
+                let sql = format!("WITH {v} AS (VALUES {steps}), ins AS (INSERT INTO attempts ({ATTEMPT_COLS}) VALUES {attempts}) {update}");
+                let mut q = bind_steps(sqlx::query(&sql).bind(owner).bind(now.as_millis()), recs, now);
+                for rec in recs {
+                    q = super::store::bind_attempt(q, &rec.attempt)?;
+                }
+                q.fetch_all(self.db().pool()).await?
+            }
+            // SQLite has no data-modifying WITH: two statements, one transaction.
+            Backend::Sqlite => {
+                let mut tx = self.db().pool().begin().await?;
+                let sql = format!("INSERT INTO attempts ({ATTEMPT_COLS}) VALUES {}", value_rows(recs.len(), attempt_cols, 1));
+                let mut q = sqlx::query(&sql);
+                for rec in recs {
+                    q = super::store::bind_attempt(q, &rec.attempt)?;
+                }
+                q.execute(&mut *tx).await?;
+                let sql = format!("WITH {v} AS (VALUES {steps}) {update}");
+                let updated = bind_steps(sqlx::query(&sql).bind(owner).bind(now.as_millis()), recs, now).fetch_all(&mut *tx).await?;
+                tx.commit().await?;
+                updated
+            }
+        };
         let ours: std::collections::HashSet<String> = updated.iter().map(|r| r.try_get::<String, _>("id")).collect::<Result<_, _>>()?;
         Ok(recs.iter().map(|r| ours.contains(r.attempt.delivery_id.as_str())).collect())
     }
+}
+
+/// Bind each record's ladder step (the write-back's `v` rows).
+fn bind_steps<'q>(mut q: AnyQuery<'q>, recs: &'q [AttemptRecord], now: Timestamp) -> AnyQuery<'q> {
+    for rec in recs {
+        let a = &rec.attempt;
+        let (status, ladder, state, next_at, failed, finished) = match rec.decision {
+            Decision::Delivered => (DeliveryStatus::Delivered, None, None, None, None, Some(now)),
+            Decision::Retry { at, ladder, state } => (DeliveryStatus::Pending, Some(ladder), Some(state), Some(at), None, None),
+            Decision::Failed { reason, state } => (DeliveryStatus::Failed, None, Some(state), None, Some(reason), Some(now)),
+        };
+        q = q
+            .bind(a.delivery_id.as_str())
+            .bind(status.as_str())
+            .bind(ladder.map(Ladder::as_str))
+            .bind(state.map(|s| i64::from(s.fast_attempts)))
+            .bind(state.map(|s| i64::from(s.slow_steps)))
+            .bind(state.and_then(|s| s.slow_started_at).map(Timestamp::as_millis))
+            .bind(next_at.map(Timestamp::as_millis))
+            .bind(failed.map(FailedReason::as_str))
+            .bind(finished.map(Timestamp::as_millis))
+            .bind(a.status_code.map(i64::from))
+            .bind(a.error.as_deref());
+    }
+    q
 }
 
 fn prepare(e: &EventIn) -> Result<Prepared<'_>, StoreError> {
@@ -223,7 +270,13 @@ fn prepare(e: &EventIn) -> Result<Prepared<'_>, StoreError> {
 /// Write first, read after: on SQLite a transaction that reads and then
 /// writes can fail outright (SQLITE_BUSY on upgrade) when another
 /// connection wrote in between; the foreign key checks the merchant.
-async fn insert_events(conn: &mut AnyConnection, backend: Backend, ready: &[(usize, Prepared<'_>)], now: Timestamp) -> Result<Vec<Accepted>, StoreError> {
+async fn insert_events(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    ready: &[(usize, Prepared<'_>)],
+    now: Timestamp,
+    claim: Option<ClaimAtIntake<'_>>,
+) -> Result<(Vec<Accepted>, Vec<DeliveryId>), StoreError> {
     const EVENT_COLS: usize = 8;
     let sql = format!(
         "INSERT INTO events (id, merchant_id, event_type, status, is_money, payload, idempotency_key, created_at) \
@@ -245,21 +298,33 @@ async fn insert_events(conn: &mut AnyConnection, backend: Backend, ready: &[(usi
     let inserted: std::collections::HashSet<String> =
         q.fetch_all(&mut *conn).await?.iter().map(|r| r.try_get::<String, _>("id")).collect::<Result<_, _>>()?;
     let fresh: Vec<&Prepared> = ready.iter().map(|(_, p)| p).filter(|p| inserted.contains(p.event_id.as_str())).collect();
+    // The first `places` new deliveries are stored claimed.
+    let places = claim.map_or(0, |c| c.places).min(fresh.len());
     if !fresh.is_empty() {
-        const DELIVERY_COLS_IN: usize = 5;
+        const DELIVERY_COLS_IN: usize = 6;
         let sql = format!(
-            "WITH v (id, event_id, merchant_id, event_type, is_money) AS (VALUES {}) \
+            "WITH v (id, event_id, merchant_id, event_type, is_money, claimed) AS (VALUES {}) \
              INSERT INTO deliveries (id, event_id, merchant_id, event_type, is_money, status, ladder, fast_attempts, \
-             slow_steps, cycle_started_at, next_attempt_at, deferred, deferrals, created_at, updated_at) \
-             SELECT v.id, v.event_id, v.merchant_id, v.event_type, v.is_money, 'PENDING', 'fast', 0, 0, $1, $1, FALSE, 0, $1, $1 FROM v",
-            value_rows(fresh.len(), DELIVERY_COLS_IN, 2)
+             slow_steps, cycle_started_at, next_attempt_at, deferred, deferrals, created_at, updated_at, lease_owner, lease_until) \
+             SELECT v.id, v.event_id, v.merchant_id, v.event_type, v.is_money, \
+             CASE WHEN v.claimed THEN 'DELIVERING' ELSE 'PENDING' END, 'fast', 0, 0, $1, $1, FALSE, 0, $1, $1, \
+             CASE WHEN v.claimed THEN $2 END, CASE WHEN v.claimed THEN $3 END FROM v",
+            value_rows(fresh.len(), DELIVERY_COLS_IN, 4)
         );
-        let mut q = sqlx::query(&sql).bind(now.as_millis());
-        for p in &fresh {
-            q = q.bind(p.delivery_id.as_str()).bind(p.event_id.as_str()).bind(p.input.merchant_id.as_str()).bind(&p.input.event_type).bind(p.money);
+        let mut q = sqlx::query(&sql).bind(now.as_millis()).bind(claim.map(|c| c.owner)).bind(claim.map(|c| c.until.as_millis()));
+        for (i, p) in fresh.iter().enumerate() {
+            q = q
+                .bind(p.delivery_id.as_str())
+                .bind(p.event_id.as_str())
+                .bind(p.input.merchant_id.as_str())
+                .bind(&p.input.event_type)
+                .bind(p.money)
+                .bind(i < places);
         }
         q.execute(&mut *conn).await?;
-        if backend == Backend::Postgres {
+        // Rows stored claimed are this instance's to send: nobody else
+        // needs waking for them.
+        if backend == Backend::Postgres && places < fresh.len() {
             // Delivered at commit: idle workers of every instance wake.
             sqlx::query("SELECT pg_notify($1, '')").bind(NEW_WORK_CHANNEL).execute(&mut *conn).await?;
         }
@@ -287,7 +352,8 @@ async fn insert_events(conn: &mut AnyConnection, backend: Backend, ready: &[(usi
             }
         }
     }
-    ready
+    let claimed = fresh.iter().take(places).map(|p| p.delivery_id.clone()).collect();
+    let answers: Vec<Accepted> = ready
         .iter()
         .map(|(_, p)| {
             if inserted.contains(p.event_id.as_str()) {
@@ -297,5 +363,6 @@ async fn insert_events(conn: &mut AnyConnection, backend: Backend, ready: &[(usi
             let (event_id, delivery_ids) = existing.get(&key).cloned().ok_or(StoreError::Db(sqlx::Error::RowNotFound))?;
             Ok(Accepted { event_id: EventId::from_db(event_id), delivery_ids, duplicate: true })
         })
-        .collect()
+        .collect::<Result<_, StoreError>>()?;
+    Ok((answers, claimed))
 }

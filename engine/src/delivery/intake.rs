@@ -12,12 +12,18 @@
 //! Each caller still gets its own answer (stored, duplicate, refused), and
 //! idempotency holds within a batch too: the same key twice stores one event
 //! and the second caller gets the first one's ids with `duplicate: true`.
+//!
+//! With a [`Handoff`] (an instance that also delivers), new deliveries are
+//! stored claimed for this instance's steps while the hand-off has room,
+//! and their ids handed over in memory ([`super::handoff`]).
 
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::model::{Accepted, EventIn};
+use super::batch::ClaimAtIntake;
+use super::handoff::Handoff;
+use super::model::{Accepted, DeliveryId, EventIn};
 use super::store::{DeliveryStore, StoreError};
 use super::wake::Wake;
 use crate::clock::Timestamp;
@@ -38,16 +44,26 @@ type Reply = oneshot::Sender<Result<Accepted, StoreError>>;
 #[derive(Debug, Clone)]
 pub struct Intake {
     queue: mpsc::UnboundedSender<(EventIn, Timestamp, Reply)>,
+    target: Target,
+}
+
+/// Where a batch goes. Kept apart from the queue's sender, so the
+/// collector (which owns one) does not keep its own queue open.
+#[derive(Debug, Clone)]
+struct Target {
     store: DeliveryStore,
     wake: Wake,
+    handoff: Option<Handoff>,
 }
 
 impl Intake {
-    /// Start the collector on the current tokio runtime.
-    pub fn start(store: DeliveryStore, wake: Wake, max_batch: usize, max_in_flight: usize) -> Intake {
+    /// Start the collector on the current tokio runtime. With `handoff`,
+    /// new deliveries go to this instance's steps claimed while it has room.
+    pub fn start(store: DeliveryStore, wake: Wake, max_batch: usize, max_in_flight: usize, handoff: Option<Handoff>) -> Intake {
         let (queue, rx) = mpsc::unbounded_channel();
-        tokio::spawn(collect(rx, store.clone(), wake.clone(), max_batch.max(1), max_in_flight.max(1)));
-        Intake { queue, store, wake }
+        let target = Target { store, wake, handoff };
+        tokio::spawn(collect(rx, target.clone(), max_batch.max(1), max_in_flight.max(1)));
+        Intake { queue, target }
     }
 
     /// Store one event, in a transaction shared with whatever calls are
@@ -63,7 +79,23 @@ impl Intake {
     /// Store a producer's batch in one transaction: one answer per event, in
     /// order. The outer error means none was stored.
     pub async fn accept_many(&self, events: &[EventIn], now: Timestamp) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
-        let answers = self.store.accept_events(events, now).await?;
+        self.target.store_batch(events, now).await
+    }
+}
+
+impl Target {
+    /// One transaction: the events, claimed where the hand-off has room;
+    /// then the hand-off filled and the steps woken.
+    async fn store_batch(&self, events: &[EventIn], now: Timestamp) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
+        let reservation = self.handoff.as_ref().map(|h| h.reserve(events.len()));
+        let claim = match (&self.handoff, &reservation) {
+            (Some(h), Some(r)) if r.places() > 0 => Some(ClaimAtIntake { owner: h.owner(), until: now + h.lease(), places: r.places() }),
+            _ => None,
+        };
+        let (answers, claimed): (_, Vec<DeliveryId>) = self.store.accept_events_claiming(events, now, claim).await?;
+        if let (Some(h), Some(r)) = (&self.handoff, reservation) {
+            h.fill(r, claimed, now);
+        }
         if answers.iter().any(|a| a.as_ref().is_ok_and(|a| !a.duplicate)) {
             self.wake.notify();
         }
@@ -71,7 +103,7 @@ impl Intake {
     }
 }
 
-async fn collect(mut rx: mpsc::UnboundedReceiver<(EventIn, Timestamp, Reply)>, store: DeliveryStore, wake: Wake, max_batch: usize, max_in_flight: usize) {
+async fn collect(mut rx: mpsc::UnboundedReceiver<(EventIn, Timestamp, Reply)>, target: Target, max_batch: usize, max_in_flight: usize) {
     let slots = Arc::new(Semaphore::new(max_in_flight));
     while let Some(first) = rx.recv().await {
         // Wait for a free transaction slot first: calls that arrive meanwhile
@@ -84,17 +116,14 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<(EventIn, Timestamp, Reply)>, s
                 Err(_) => break,
             }
         }
-        let (store, wake) = (store.clone(), wake.clone());
+        let target = target.clone();
         tokio::spawn(async move {
             let _slot = slot;
             // One `now` for the transaction: the latest any caller read.
             let now = batch.iter().map(|(_, at, _)| *at).max().unwrap_or(Timestamp::from_millis(0));
             let (events, replies): (Vec<EventIn>, Vec<Reply>) = batch.into_iter().map(|(e, _, r)| (e, r)).unzip();
-            match store.accept_events(&events, now).await {
+            match target.store_batch(&events, now).await {
                 Ok(answers) => {
-                    if answers.iter().any(|a| a.as_ref().is_ok_and(|a| !a.duplicate)) {
-                        wake.notify();
-                    }
                     for (reply, answer) in replies.into_iter().zip(answers) {
                         let _ = reply.send(answer);
                     }

@@ -10,12 +10,14 @@
 //!   (what an attempt keeps of the exchange, credentials redacted);
 //! - IO: [`store`] (the repository over `Db`, PostgreSQL or SQLite),
 //!   [`queries`] (reads for the UI and API), [`ops`] (support operations that
-//!   return before/after for the audit log), [`worker`] (claim, send, record).
+//!   return before/after for the audit log), [`worker`] (claim, send, record),
+//!   [`intake`] (group commit) and [`handoff`] (intake to steps, in memory).
 //!
 //! Life of a delivery: intake ([`store::DeliveryStore::accept_events`]) stores
 //! the event and one PENDING delivery in one transaction, idempotent by
-//! `(merchant_id, idempotency_key)`. A worker claims due rows (DELIVERING
-//! with a lease), asks the breaker, sends, writes the attempt and the
+//! `(merchant_id, idempotency_key)`; on an instance that also delivers,
+//! intake stores it already claimed for its own steps ([`handoff`]). A
+//! worker claims due rows (DELIVERING with a lease), asks the breaker, sends, writes the attempt and the
 //! ladder's decision (PENDING again with a new `next_attempt_at`, DELIVERED
 //! or FAILED) in one transaction. A worker that dies leaves its rows
 //! DELIVERING; once the lease runs out any worker claims them again and sends
@@ -27,6 +29,7 @@
 
 pub mod batch;
 pub mod capture;
+pub mod handoff;
 pub mod intake;
 pub mod merchant_breaker;
 pub mod ladder;

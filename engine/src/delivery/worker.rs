@@ -9,12 +9,14 @@
 //! the same `X-Webhook-Id` (delivery is at least once; receivers deduplicate).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt};
 use reqwest::redirect::Policy;
 
+use super::handoff::{Handed, Handoff};
 use super::merchant_breaker::{self, MerchantAdmission, MerchantBreakerConfig};
 use super::ladder::{self, LadderConfig, LadderState};
 use super::model::*;
@@ -163,7 +165,15 @@ impl StepReport {
 #[allow(clippy::large_enum_variant)]
 enum Processed {
     Done(JobResult),
-    Sent(AttemptRecord),
+    Sent(AttemptRecord, Holder),
+}
+
+/// Whose lease a delivery in a step is under: the step's own claim, or
+/// intake's hand-off (see [`super::handoff`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holder {
+    Step,
+    Handoff,
 }
 
 enum JobResult {
@@ -183,6 +193,9 @@ pub struct Worker {
     client: reqwest::Client,
     config: Arc<WorkerConfig>,
     wake: Option<Wake>,
+    handoff: Option<Handoff>,
+    /// When this step loop last claimed from the database (Unix ms).
+    last_claim: Arc<AtomicI64>,
 }
 
 impl Worker {
@@ -196,7 +209,7 @@ impl Worker {
             .dns_resolver(Arc::new(GuardedResolver::new(Arc::new(config.ssrf.clone()))))
             .build()
             .map_err(WorkerError::Client)?;
-        Ok(Worker { store, clock, client, config: Arc::new(config), wake: None })
+        Ok(Worker { store, clock, client, config: Arc::new(config), wake: None, handoff: None, last_claim: Arc::default() })
     }
 
     pub fn config(&self) -> &WorkerConfig {
@@ -208,7 +221,14 @@ impl Worker {
     /// store, clock and wake, and differs only in its lease owner name.
     pub fn sibling(&self, instance_id: String) -> Worker {
         let config = WorkerConfig { instance_id, ..(*self.config).clone() };
-        Worker { config: Arc::new(config), ..self.clone() }
+        Worker { config: Arc::new(config), last_claim: Arc::default(), ..self.clone() }
+    }
+
+    /// Take deliveries that this instance's intake stored claimed
+    /// ([`super::handoff`]) before claiming from the database.
+    pub fn with_handoff(mut self, handoff: Handoff) -> Worker {
+        self.handoff = Some(handoff);
+        self
     }
 
     /// Wake this worker's idle pause early when `wake` is notified (new
@@ -231,19 +251,72 @@ impl Worker {
     /// breaker update's) would hold a lock the write-back waits for, and
     /// neither would move: SQLite answers "database is locked" after its
     /// busy timeout, PostgreSQL waits for ever.
+    ///
+    /// With a hand-off, the step first takes what intake handed over and
+    /// claims from the database only for the rest of the batch when nothing
+    /// was handed over, or when it last claimed `idle_poll` ago or longer
+    /// (then it leaves half the batch to the claim): rows intake could not
+    /// hand over, retries and other instances' work are never starved by a
+    /// busy hand-off. If the step fails half way, what it took goes back to
+    /// the hand-off; rows finished meanwhile are left out when read again.
     pub async fn run_once(&self) -> Result<StepReport, WorkerError> {
         let now = self.clock.now();
+        let batch = self.config.batch_size as usize;
+        let (handed, claim) = match &self.handoff {
+            None => (Vec::new(), true),
+            Some(h) => {
+                let idle_poll = i64::try_from(self.config.idle_poll.as_millis()).unwrap_or(i64::MAX);
+                let claim_due = now.as_millis().saturating_sub(self.last_claim.load(Ordering::Relaxed)) >= idle_poll;
+                let handed = h.take(if claim_due { (batch / 2).max(1) } else { batch }, now);
+                let claim = claim_due || handed.is_empty();
+                (handed, claim)
+            }
+        };
+        let result = self.step(now, &handed, claim).await;
+        if result.is_err() && !handed.is_empty() {
+            if let Some(h) = &self.handoff {
+                h.put_back(handed);
+            }
+        }
+        result
+    }
+
+    async fn step(&self, now: Timestamp, handed: &[Handed], claim: bool) -> Result<StepReport, WorkerError> {
         let owner = self.config.instance_id.as_str();
-        let ids = self.store.claim(owner, now, self.config.lease, self.config.batch_size).await?;
+        let mut ids: Vec<DeliveryId> = handed.iter().map(|h| h.id.clone()).collect();
+        if claim {
+            self.last_claim.store(now.as_millis(), Ordering::Relaxed);
+            let left = (self.config.batch_size as usize).saturating_sub(ids.len());
+            ids.extend(self.store.claim(owner, now, self.config.lease, u32::try_from(left).unwrap_or(u32::MAX)).await?);
+        }
         let mut report = StepReport { claimed: ids.len(), ..StepReport::default() };
-        let jobs = self.store.jobs(&ids).await?;
+        // A handed-over row is ours while it is still DELIVERING under the
+        // hand-off's name: one put back after a failed step may have been
+        // finished meanwhile, or (after half its lease) reclaimed elsewhere.
+        let handoff_owner = self.handoff.as_ref().map(Handoff::owner);
+        let jobs: Vec<_> = self
+            .store
+            .jobs(&ids)
+            .await?
+            .into_iter()
+            .filter_map(|(job, breaker)| {
+                let d = &job.delivery;
+                let holder = match d.lease_owner.as_deref() {
+                    _ if d.status != DeliveryStatus::Delivering => return None,
+                    Some(o) if o == owner => Holder::Step,
+                    Some(o) if Some(o) == handoff_owner => Holder::Handoff,
+                    _ => return None,
+                };
+                Some((job, breaker, holder))
+            })
+            .collect();
         let (results, mut finished) = tokio::sync::mpsc::unbounded_channel();
         let worker = self.clone();
         // A JoinSet, so a step dropped half way (shutdown) stops its sends.
         let mut sends = tokio::task::JoinSet::new();
         sends.spawn(async move {
             stream::iter(jobs)
-                .map(|(job, breaker)| worker.process(job, breaker))
+                .map(|(job, breaker, holder)| worker.process(job, breaker, holder))
                 .buffer_unordered(worker.config.concurrency.max(1))
                 .for_each(|r| {
                     // The receiver only goes away with this step.
@@ -272,7 +345,7 @@ impl Worker {
             for r in chunk.drain(..) {
                 match r {
                     Ok(Processed::Done(result)) => report.count(result),
-                    Ok(Processed::Sent(rec)) => sent.push(rec),
+                    Ok(Processed::Sent(rec, holder)) => sent.push((rec, holder)),
                     Err(e) => {
                         first_error.get_or_insert(e);
                     }
@@ -280,7 +353,7 @@ impl Worker {
             }
             // Answers already in are written back even when a sibling
             // failed: the attempts happened.
-            if let Err(e) = self.write_back(&sent, &mut report).await {
+            if let Err(e) = self.write_back(sent, &mut report).await {
                 first_error.get_or_insert(e);
             }
         }
@@ -299,24 +372,34 @@ impl Worker {
     }
 
     /// Record finished sends (attempt rows and ladder steps in one
-    /// transaction), then the breaker accounting they call for.
-    async fn write_back(&self, sent: &[AttemptRecord], report: &mut StepReport) -> Result<(), WorkerError> {
+    /// transaction per lease owner; a step holds at most two), then the
+    /// breaker accounting they call for.
+    async fn write_back(&self, sent: Vec<(AttemptRecord, Holder)>, report: &mut StepReport) -> Result<(), WorkerError> {
         if sent.is_empty() {
             return Ok(());
         }
         let done = self.clock.now();
-        let ours = self.store.finish_attempts(sent, &self.config.instance_id, done).await?;
-        for (rec, ours) in sent.iter().zip(&ours) {
-            let a = &rec.attempt;
-            if let ladder::Decision::Failed { reason, .. } = rec.decision {
-                tracing::warn!(delivery = %a.delivery_id, merchant = %a.merchant_id, %reason, outcome = ?a.outcome, "delivery FAILED");
+        let (own, handed): (Vec<_>, Vec<_>) = sent.into_iter().partition(|(_, h)| *h == Holder::Step);
+        let mut sent = Vec::new();
+        for (holder, recs) in [(Holder::Step, own), (Holder::Handoff, handed)] {
+            if recs.is_empty() {
+                continue;
             }
-            report.count(match (ours, rec.decision) {
-                (false, _) => JobResult::Lost,
-                (true, ladder::Decision::Delivered) => JobResult::Delivered,
-                (true, ladder::Decision::Retry { .. }) => JobResult::Retrying,
-                (true, ladder::Decision::Failed { .. }) => JobResult::Failed,
-            });
+            let recs: Vec<AttemptRecord> = recs.into_iter().map(|(r, _)| r).collect();
+            let ours = self.store.finish_attempts(&recs, self.owner(holder), done).await?;
+            for (rec, ours) in recs.iter().zip(&ours) {
+                let a = &rec.attempt;
+                if let ladder::Decision::Failed { reason, .. } = rec.decision {
+                    tracing::warn!(delivery = %a.delivery_id, merchant = %a.merchant_id, %reason, outcome = ?a.outcome, "delivery FAILED");
+                }
+                report.count(match (ours, rec.decision) {
+                    (false, _) => JobResult::Lost,
+                    (true, ladder::Decision::Delivered) => JobResult::Delivered,
+                    (true, ladder::Decision::Retry { .. }) => JobResult::Retrying,
+                    (true, ladder::Decision::Failed { .. }) => JobResult::Failed,
+                });
+            }
+            sent.extend(recs);
         }
         // Only a probe's result or a failure can move the breaker. A probe
         // is accounted on its own; failures once per merchant, since the
@@ -390,8 +473,8 @@ impl Worker {
     /// One claimed delivery. Time is read at the edges: when it is picked up
     /// (ceilings, breaker, signature timestamp, attempt time) and when the
     /// answer is in (the next attempt counts its pause from there).
-    async fn process(&self, job: Job, breaker: merchant_breaker::MerchantBreaker) -> Result<Processed, WorkerError> {
-        let owner = self.config.instance_id.as_str();
+    async fn process(&self, job: Job, breaker: merchant_breaker::MerchantBreaker, holder: Holder) -> Result<Processed, WorkerError> {
+        let owner = self.owner(holder);
         let now = self.clock.now();
         let d = &job.delivery;
         let id = &d.id;
@@ -439,7 +522,15 @@ impl Worker {
                 probe,
             },
             decision,
-        }))
+        }, holder))
+    }
+
+    /// The lease owner name of `holder`'s rows.
+    fn owner(&self, holder: Holder) -> &str {
+        match (holder, &self.handoff) {
+            (Holder::Handoff, Some(h)) => h.owner(),
+            _ => &self.config.instance_id,
+        }
     }
 
     /// Whether the merchant's breaker lets this delivery go now. `b` is the

@@ -127,7 +127,7 @@ async fn intake_wakes_an_idle_worker_at_once(db: TestDb) {
             let _ = listen_stopped.await;
         }));
     }
-    let intake = Intake::start(h.store.clone(), wake.clone(), 16, 2);
+    let intake = Intake::start(h.store.clone(), wake.clone(), 16, 2, None);
     let event = |key: &str| EventIn {
         merchant_id: h.merchant.id.clone(),
         event_type: "order.created".into(),
@@ -155,7 +155,7 @@ async fn intake_wakes_an_idle_worker_at_once(db: TestDb) {
 
 async fn concurrent_intake_calls_each_get_their_own_answer(db: TestDb) {
     let h = Harness::new(db, Reply::Status(200)).await;
-    let intake = Intake::start(h.store.clone(), Wake::default(), 8, 2);
+    let intake = Intake::start(h.store.clone(), Wake::default(), 8, 2, None);
     let event = |key: String| EventIn {
         merchant_id: h.merchant.id.clone(),
         event_type: "order.created".into(),

@@ -4,6 +4,7 @@
 
 mod batching;
 mod crash;
+mod handoff;
 mod https;
 mod ladders;
 mod ops;

@@ -311,6 +311,16 @@ impl Application {
             .context("HTTP server failed");
         let _ = stop_tx.send(true);
         while background.join_next().await.is_some() {}
+        if let Some(h) = &state.handoff {
+            // The steps have stopped and intake with the HTTP server: what
+            // still waits in the hand-off goes back to PENDING for the other
+            // instances (or this one's next start), not after its lease.
+            match state.deliveries.release_claims(h.owner(), state.clock.now()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(deliveries = n, "hand-off released at shutdown"),
+                Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "releasing the hand-off at shutdown failed; its rows are delivered after their lease"),
+            }
+        }
         state.db.close().await;
         served
     }

@@ -17,7 +17,8 @@
 //! Nothing is lost when the process is not there to send: a claimed row
 //! carries a lease like any other, and once it runs out any step of any
 //! instance claims it from the database ([`super::store::DeliveryStore::claim`]).
-//! The hand-off is bounded: when it is full, intake stores PENDING rows as
+//! At shutdown the server puts what is left back to PENDING
+//! ([`super::store::DeliveryStore::release_claims`]). The hand-off is bounded: when it is full, intake stores PENDING rows as
 //! before and every instance's steps claim them. Ids that waited longer
 //! than half the lease are left to that reclaim rather than sent late.
 

@@ -202,6 +202,22 @@ impl DeliveryStore {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Put every row still claimed under `owner` back to PENDING, due as it
+    /// was: an instance's hand-off at shutdown, once its steps have stopped
+    /// (so none of those rows is in flight). Other instances claim them at
+    /// their next step instead of after the lease. Returns how many.
+    pub async fn release_claims(&self, owner: &str, now: Timestamp) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "UPDATE deliveries SET status = 'PENDING', lease_owner = NULL, lease_until = NULL, updated_at = $2 \
+             WHERE status = 'DELIVERING' AND lease_owner = $1",
+        )
+        .bind(owner)
+        .bind(now.as_millis())
+        .execute(self.db.pool())
+        .await?;
+        Ok(done.rows_affected())
+    }
+
     /// Fail a claimed delivery without an attempt (a ceiling passed while it waited).
     pub async fn fail_unsent(&self, id: &DeliveryId, owner: &str, reason: FailedReason, now: Timestamp) -> Result<bool, StoreError> {
         let done = sqlx::query(

@@ -17,7 +17,8 @@ use crate::{contract, test_config, Harness, NowTs};
 contract!(
     intake_hands_what_fits_to_the_steps_and_stores_the_rest_pending,
     a_handed_over_row_nobody_sends_is_reclaimed_after_its_lease,
-    a_step_that_failed_half_way_sends_what_it_took_again_at_once
+    a_step_that_failed_half_way_sends_what_it_took_again_at_once,
+    a_hand_off_released_at_shutdown_is_claimed_at_once
 );
 
 const LEASE: Duration = Duration::from_secs(60);
@@ -107,4 +108,24 @@ async fn a_step_that_failed_half_way_sends_what_it_took_again_at_once(db: TestDb
     }
     // Nothing is left over: the hand-off is empty and no row is due.
     assert_eq!(worker.run_once().await.expect("step").claimed, 0);
+}
+
+async fn a_hand_off_released_at_shutdown_is_claimed_at_once(db: TestDb) {
+    let h = Harness::new(db, Reply::Status(200)).await;
+    let handoff = Handoff::new("intake-stopping".into(), 8, LEASE);
+    let intake = Intake::start(h.store.clone(), Wake::default(), 16, 2, Some(handoff.clone()));
+    let ids = accept_all(&h, &intake, 3).await;
+    // A row of another owner, in flight there, is not this hand-off's to release.
+    let other = h.event("order.created", "created").await;
+    assert_eq!(h.store.claim("w-elsewhere", h.clock.now_ts(), LEASE, 10).await.expect("claim"), [other.clone()]);
+
+    assert_eq!(h.store.release_claims("intake-stopping", h.clock.now_ts()).await.expect("release"), 3);
+    // The clock has not moved: no lease ran out, yet another step claims them.
+    let report = h.step().await;
+    assert_eq!((report.claimed, report.delivered), (3, 3));
+    for id in &ids {
+        assert_eq!(h.delivery(id).await.status, DeliveryStatus::Delivered);
+    }
+    let still = h.delivery(&other).await;
+    assert_eq!((still.status, still.lease_owner.as_deref()), (DeliveryStatus::Delivering, Some("w-elsewhere")));
 }

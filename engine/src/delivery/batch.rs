@@ -17,7 +17,7 @@ use super::merchant_breaker::MerchantBreaker;
 use super::model::*;
 use super::money::{event_status, is_money_event};
 use super::row::{self, ATTEMPT_COLS, BREAKER_COLS, DELIVERY_COLS, MERCHANT_COLS};
-use super::store::{AnyQuery, AttemptRecord, DeliveryStore, Job, StoreError};
+use super::store::{AttemptRecord, DeliveryStore, Job, StoreError};
 use crate::clock::Timestamp;
 use crate::db::{placeholder_list, value_rows, Backend};
 
@@ -178,19 +178,28 @@ impl DeliveryStore {
         Ok(self.finish_attempts(std::slice::from_ref(rec), owner, now).await?.first().copied().unwrap_or(false))
     }
 
-    /// Record attempts and write their ladder decisions, atomically: one
-    /// statement on PostgreSQL, a transaction of two on SQLite. Every attempt is kept (it happened); a delivery is
+    /// Record attempts and write their ladder decisions, in one transaction
+    /// of two statements. Every attempt is kept (it happened); a delivery is
     /// updated only if `owner` still holds its lease. Returns, per record,
     /// whether it did.
     pub async fn finish_attempts(&self, recs: &[AttemptRecord], owner: &str, now: Timestamp) -> Result<Vec<bool>, StoreError> {
         if recs.is_empty() {
             return Ok(Vec::new());
         }
+        let mut tx = self.db().pool().begin().await?;
+        let cols = ATTEMPT_COLS.split(',').count();
+        let sql = format!("INSERT INTO attempts ({ATTEMPT_COLS}) VALUES {}", value_rows(recs.len(), cols, 1));
+        let mut q = sqlx::query(&sql);
+        for rec in recs {
+            q = super::store::bind_attempt(q, &rec.attempt)?;
+        }
+        q.execute(&mut *tx).await?;
+
         const STEP_COLS: usize = 11;
-        let attempt_cols = ATTEMPT_COLS.split(',').count();
-        let steps = value_rows(recs.len(), STEP_COLS, 3);
-        let update = format!(
-            "UPDATE deliveries SET status = v.status, ladder = COALESCE(v.ladder, deliveries.ladder), \
+        let sql = format!(
+            "WITH v (delivery_id, status, ladder, fast_attempts, slow_steps, slow_started_at, next_attempt_at, failed_reason, \
+             finished_at, last_status_code, last_error) AS (VALUES {}) \
+             UPDATE deliveries SET status = v.status, ladder = COALESCE(v.ladder, deliveries.ladder), \
              fast_attempts = COALESCE(v.fast_attempts, deliveries.fast_attempts), \
              slow_steps = COALESCE(v.slow_steps, deliveries.slow_steps), \
              slow_started_at = COALESCE(v.slow_started_at, deliveries.slow_started_at), \
@@ -198,66 +207,35 @@ impl DeliveryStore {
              failed_reason = v.failed_reason, finished_at = v.finished_at, last_status_code = v.last_status_code, \
              last_error = v.last_error, lease_owner = NULL, lease_until = NULL, deferred = FALSE, updated_at = $2 \
              FROM v WHERE deliveries.id = v.delivery_id AND deliveries.status = 'DELIVERING' AND deliveries.lease_owner = $1 \
-             RETURNING id"
+             RETURNING id",
+            value_rows(recs.len(), STEP_COLS, 3)
         );
-        let v = "v (delivery_id, status, ladder, fast_attempts, slow_steps, slow_started_at, next_attempt_at, failed_reason, \
-                 finished_at, last_status_code, last_error)";
-        let updated = match self.db().backend() {
-            // One statement, so one round trip and no explicit transaction:
-            // PostgreSQL runs a data-modifying WITH to completion, atomically
-            // with the update.
-            Backend::Postgres => {
-                let attempts = value_rows(recs.len(), attempt_cols, 3 + recs.len() * STEP_COLS);
-                let sql = format!("WITH {v} AS (VALUES {steps}), ins AS (INSERT INTO attempts ({ATTEMPT_COLS}) VALUES {attempts}) {update}");
-                let mut q = bind_steps(sqlx::query(&sql).bind(owner).bind(now.as_millis()), recs, now);
-                for rec in recs {
-                    q = super::store::bind_attempt(q, &rec.attempt)?;
-                }
-                q.fetch_all(self.db().pool()).await?
-            }
-            // SQLite has no data-modifying WITH: two statements, one transaction.
-            Backend::Sqlite => {
-                let mut tx = self.db().pool().begin().await?;
-                let sql = format!("INSERT INTO attempts ({ATTEMPT_COLS}) VALUES {}", value_rows(recs.len(), attempt_cols, 1));
-                let mut q = sqlx::query(&sql);
-                for rec in recs {
-                    q = super::store::bind_attempt(q, &rec.attempt)?;
-                }
-                q.execute(&mut *tx).await?;
-                let sql = format!("WITH {v} AS (VALUES {steps}) {update}");
-                let updated = bind_steps(sqlx::query(&sql).bind(owner).bind(now.as_millis()), recs, now).fetch_all(&mut *tx).await?;
-                tx.commit().await?;
-                updated
-            }
-        };
+        let mut q = sqlx::query(&sql).bind(owner).bind(now.as_millis());
+        for rec in recs {
+            let a = &rec.attempt;
+            let (status, ladder, state, next_at, failed, finished) = match rec.decision {
+                Decision::Delivered => (DeliveryStatus::Delivered, None, None, None, None, Some(now)),
+                Decision::Retry { at, ladder, state } => (DeliveryStatus::Pending, Some(ladder), Some(state), Some(at), None, None),
+                Decision::Failed { reason, state } => (DeliveryStatus::Failed, None, Some(state), None, Some(reason), Some(now)),
+            };
+            q = q
+                .bind(a.delivery_id.as_str())
+                .bind(status.as_str())
+                .bind(ladder.map(Ladder::as_str))
+                .bind(state.map(|s| i64::from(s.fast_attempts)))
+                .bind(state.map(|s| i64::from(s.slow_steps)))
+                .bind(state.and_then(|s| s.slow_started_at).map(Timestamp::as_millis))
+                .bind(next_at.map(Timestamp::as_millis))
+                .bind(failed.map(FailedReason::as_str))
+                .bind(finished.map(Timestamp::as_millis))
+                .bind(a.status_code.map(i64::from))
+                .bind(a.error.as_deref());
+        }
+        let updated = q.fetch_all(&mut *tx).await?;
+        tx.commit().await?;
         let ours: std::collections::HashSet<String> = updated.iter().map(|r| r.try_get::<String, _>("id")).collect::<Result<_, _>>()?;
         Ok(recs.iter().map(|r| ours.contains(r.attempt.delivery_id.as_str())).collect())
     }
-}
-
-/// Bind each record's ladder step (the write-back's `v` rows).
-fn bind_steps<'q>(mut q: AnyQuery<'q>, recs: &'q [AttemptRecord], now: Timestamp) -> AnyQuery<'q> {
-    for rec in recs {
-        let a = &rec.attempt;
-        let (status, ladder, state, next_at, failed, finished) = match rec.decision {
-            Decision::Delivered => (DeliveryStatus::Delivered, None, None, None, None, Some(now)),
-            Decision::Retry { at, ladder, state } => (DeliveryStatus::Pending, Some(ladder), Some(state), Some(at), None, None),
-            Decision::Failed { reason, state } => (DeliveryStatus::Failed, None, Some(state), None, Some(reason), Some(now)),
-        };
-        q = q
-            .bind(a.delivery_id.as_str())
-            .bind(status.as_str())
-            .bind(ladder.map(Ladder::as_str))
-            .bind(state.map(|s| i64::from(s.fast_attempts)))
-            .bind(state.map(|s| i64::from(s.slow_steps)))
-            .bind(state.and_then(|s| s.slow_started_at).map(Timestamp::as_millis))
-            .bind(next_at.map(Timestamp::as_millis))
-            .bind(failed.map(FailedReason::as_str))
-            .bind(finished.map(Timestamp::as_millis))
-            .bind(a.status_code.map(i64::from))
-            .bind(a.error.as_deref());
-    }
-    q
 }
 
 fn prepare(e: &EventIn) -> Result<Prepared<'_>, StoreError> {

@@ -310,6 +310,8 @@ impl Worker {
                 Some((job, breaker, holder))
             })
             .collect();
+        // Rows left out above send nothing: a write-back waits for these only.
+        let sending = jobs.len();
         let (results, mut finished) = tokio::sync::mpsc::unbounded_channel();
         let worker = self.clone();
         // A JoinSet, so a step dropped half way (shutdown) stops its sends.
@@ -327,7 +329,7 @@ impl Worker {
         });
         let mut first_error = None;
         let mut chunk = Vec::new();
-        let mut outstanding = ids.len();
+        let mut outstanding = sending;
         // A part batch is a trickle of new work: the sends still out get a
         // moment to join a write-back. A full one is a backlog, where
         // writing back while the rest are sent keeps the step short.

@@ -37,7 +37,7 @@ pub mod model;
 pub mod money;
 pub mod ops;
 pub mod queries;
-mod row;
+pub(crate) mod row;
 pub mod signing;
 pub mod ssrf;
 pub mod store;

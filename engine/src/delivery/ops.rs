@@ -279,7 +279,8 @@ pub async fn bulk_retry_after(
     let cap = cap.clamp(1, BULK_RETRY_MAX);
     let mut sql = Sql::new("SELECT id, status, created_at FROM deliveries");
     push_filter(&mut sql, filter);
-    sql.raw(" AND status IN ('FAILED', 'PENDING')");
+    // FAILED or PENDING, in the status index's own terms.
+    sql.raw(super::row::status_index_terms(DeliveryStatus::Failed));
     if let Some(c) = after {
         sql.push(" AND (created_at, id) < (", Arg::Int(c.created_at.as_millis()), "");
         sql.push(", ", Arg::Text(c.id.as_str().into()), ")");

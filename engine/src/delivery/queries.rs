@@ -93,16 +93,7 @@ impl DeliveryStore {
     /// Deliveries matching `filter`, newest first, `limit` (≤ 500) after `after`.
     pub async fn list_deliveries(&self, filter: &DeliveryFilter, after: Option<&Cursor>, limit: u32) -> Result<DeliveryPage, StoreError> {
         let limit = limit.clamp(1, MAX_PAGE);
-        let mut sql = Sql::new(&format!("SELECT {DELIVERY_COLS} FROM deliveries"));
-        push_filter(&mut sql, filter);
-        if let Some(c) = after {
-            let at = c.created_at.as_millis();
-            // Row-value comparison: PostgreSQL and SQLite both seek the
-            // (…, created_at DESC, id DESC) indexes with it.
-            sql.push(" AND (created_at, id) < (", Arg::Int(at), "");
-            sql.push(", ", Arg::Text(c.id.as_str().into()), ")");
-        }
-        sql.push(" ORDER BY created_at DESC, id DESC LIMIT ", Arg::Int(i64::from(limit) + 1), "");
+        let sql = listing(filter, after.map(|c| ("<", c)), "DESC", i64::from(limit) + 1);
         let rows = sql.query().fetch_all(self.db().pool()).await?;
         let mut items = rows.iter().map(row::delivery).collect::<Result<Vec<_>, _>>()?;
         let next = if items.len() > limit as usize {
@@ -119,11 +110,7 @@ impl DeliveryStore {
     /// [`DeliveryStore::list_deliveries`], in the other direction.
     pub async fn list_deliveries_before(&self, filter: &DeliveryFilter, before: &Cursor, limit: u32) -> Result<(Vec<Delivery>, bool), StoreError> {
         let limit = limit.clamp(1, MAX_PAGE);
-        let mut sql = Sql::new(&format!("SELECT {DELIVERY_COLS} FROM deliveries"));
-        push_filter(&mut sql, filter);
-        sql.push(" AND (created_at, id) > (", Arg::Int(before.created_at.as_millis()), "");
-        sql.push(", ", Arg::Text(before.id.as_str().into()), ")");
-        sql.push(" ORDER BY created_at ASC, id ASC LIMIT ", Arg::Int(i64::from(limit) + 1), "");
+        let sql = listing(filter, Some((">", before)), "ASC", i64::from(limit) + 1);
         let rows = sql.query().fetch_all(self.db().pool()).await?;
         let mut items = rows.iter().map(row::delivery).collect::<Result<Vec<_>, _>>()?;
         let newer = items.len() > limit as usize;
@@ -218,17 +205,59 @@ impl DeliveryStore {
 
     /// When the oldest PENDING delivery was created (`None`: nothing pending).
     pub async fn oldest_pending_created_at(&self) -> Result<Option<Timestamp>, StoreError> {
-        let at: Option<i64> = sqlx::query_scalar("SELECT MIN(created_at) FROM deliveries WHERE status = 'PENDING'")
+        let sql = format!("SELECT MIN(created_at) FROM deliveries WHERE status = 'PENDING'{}", row::status_index_terms(DeliveryStatus::Pending));
+        let at: Option<i64> = sqlx::query_scalar(&sql)
             .fetch_one(self.db().pool())
             .await?;
         Ok(at.map(Timestamp::from_millis))
     }
 
     /// How many deliveries match `filter` (for bulk-retry confirmation).
+    /// Without a status, the rows in flight are counted apart (they are in
+    /// no listing index: `row::status_index_terms`).
     pub async fn count_deliveries(&self, filter: &DeliveryFilter) -> Result<u64, StoreError> {
-        let mut sql = Sql::new("SELECT CAST(COUNT(*) AS BIGINT) AS n FROM deliveries");
+        let mut sql = Sql::new("SELECT CAST((SELECT COUNT(*) FROM deliveries");
         push_filter(&mut sql, filter);
+        if filter.status.is_none() {
+            sql.raw(" AND status <> 'DELIVERING') + (SELECT COUNT(*) FROM deliveries");
+            push_filter(&mut sql, filter);
+            sql.raw(" AND status = 'DELIVERING'");
+        }
+        sql.raw(") AS BIGINT) AS n");
         let row = sql.query().fetch_one(self.db().pool()).await?;
         Ok(u64::try_from(row.try_get::<i64, _>("n")?).unwrap_or(0))
     }
+}
+
+/// The listing's query: `filter`'s rows on the `keyset` side of a cursor
+/// ("<" older, ">" newer), ordered by (created_at, id) in `dir`, at most
+/// `limit`. Without a status in the filter it is two index walks, merged:
+/// the settled rows through the partial listing indexes and the rows in
+/// flight, which those leave out (migrations/*/0015_listing_indexes.sql),
+/// through their own `deliveries_lease`; there are only as many of those
+/// as the workers hold.
+fn listing(filter: &DeliveryFilter, keyset: Option<(&str, &Cursor)>, dir: &str, limit: i64) -> Sql {
+    fn branch(sql: &mut Sql, filter: &DeliveryFilter, part: &str, keyset: Option<(&str, &Cursor)>, dir: &str, limit: i64) {
+        sql.raw(&format!("SELECT {DELIVERY_COLS} FROM deliveries"));
+        push_filter(sql, filter);
+        sql.raw(part);
+        if let Some((op, c)) = keyset {
+            // Row-value comparison: PostgreSQL and SQLite both seek the
+            // (…, created_at DESC, id DESC) indexes with it.
+            sql.push(&format!(" AND (created_at, id) {op} ("), Arg::Int(c.created_at.as_millis()), "");
+            sql.push(", ", Arg::Text(c.id.as_str().into()), ")");
+        }
+        sql.push(&format!(" ORDER BY created_at {dir}, id {dir} LIMIT "), Arg::Int(limit), "");
+    }
+    let mut sql = Sql::new("");
+    if filter.status.is_some() {
+        branch(&mut sql, filter, "", keyset, dir, limit);
+    } else {
+        sql.raw("SELECT * FROM (");
+        branch(&mut sql, filter, " AND status <> 'DELIVERING'", keyset, dir, limit);
+        sql.raw(") AS settled UNION ALL SELECT * FROM (");
+        branch(&mut sql, filter, " AND status = 'DELIVERING'", keyset, dir, limit);
+        sql.push(&format!(") AS in_flight ORDER BY created_at {dir}, id {dir} LIMIT "), Arg::Int(limit), "");
+    }
+    sql
 }

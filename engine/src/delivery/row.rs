@@ -211,12 +211,31 @@ impl Sql {
     }
 }
 
-/// `WHERE …` for a delivery filter (always starts with `WHERE TRUE` or
-/// similar so callers can append `AND …`).
+/// The terms that let the partial listing indexes serve a query for
+/// deliveries in `status` (migrations/*/0015_listing_indexes.sql): no
+/// listing index holds DELIVERING rows, and the status index holds no
+/// DELIVERED ones either. Written out although `status = …` implies them:
+/// SQLite uses a partial index only when the query repeats the index's
+/// terms, and PostgreSQL cannot see the implication through a bound
+/// `status`. DELIVERING rows are found through `deliveries_lease`.
+pub(crate) fn status_index_terms(status: DeliveryStatus) -> &'static str {
+    match status {
+        DeliveryStatus::Pending | DeliveryStatus::Failed => " AND status <> 'DELIVERING' AND status <> 'DELIVERED'",
+        DeliveryStatus::Delivered => " AND status <> 'DELIVERING'",
+        DeliveryStatus::Delivering => "",
+    }
+}
+
+/// `WHERE …` for a delivery filter (always starts with `WHERE 1 = 1` so
+/// callers can append `AND …`), with the terms of the partial indexes that
+/// may serve it. Without a status the rows in flight are in no listing
+/// index: callers that order or count the whole filter ask for them apart
+/// ([`DeliveryStore::list_deliveries`](super::store::DeliveryStore)).
 pub(crate) fn push_filter(sql: &mut Sql, f: &DeliveryFilter) {
     sql.raw(" WHERE 1 = 1");
     if let Some(s) = f.status {
         sql.push(" AND status = ", Arg::Text(s.as_str().into()), "");
+        sql.raw(status_index_terms(s));
     }
     if let Some(m) = &f.merchant_id {
         sql.push(" AND merchant_id = ", Arg::Text(m.as_str().into()), "");
@@ -229,6 +248,9 @@ pub(crate) fn push_filter(sql: &mut Sql, f: &DeliveryFilter) {
     }
     if let Some(l) = f.ladder {
         sql.push(" AND ladder = ", Arg::Text(l.as_str().into()), "");
+        if l != Ladder::Fast {
+            sql.raw(" AND ladder <> 'fast'");
+        }
     }
     if let Some(from) = f.created_from {
         sql.push(" AND created_at >= ", Arg::Int(from.as_millis()), "");

@@ -24,8 +24,14 @@ REDIS="${SLUICE_TEST_REDIS_URL:-redis://127.0.0.1:6379}"
 DB="sluice_bench_pages_$$"
 DB_URL="${PG%/*}/${DB}"
 PREFIX="sluice_bench_pages_$$"
-if [ "$PROFILE" = release ]; then cargo build -q -p sluice --release --locked; else cargo build -q -p sluice --locked; fi
-BIN="$CARGO_TARGET_DIR/$([ "$PROFILE" = release ] && echo release || echo debug)/sluice"
+# SLUICE_BIN=/path/to/sluice measures another build of the server (to
+# compare two builds in one session).
+if [ -n "${SLUICE_BIN:-}" ]; then
+  BIN="$SLUICE_BIN"
+else
+  if [ "$PROFILE" = release ]; then cargo build -q -p sluice --release --locked; else cargo build -q -p sluice --locked; fi
+  BIN="$CARGO_TARGET_DIR/$([ "$PROFILE" = release ] && echo release || echo debug)/sluice"
+fi
 [ -f "$SITE_DIR/hash.txt" ] || build_site
 PORT="$(free_port)"
 BASE="http://127.0.0.1:${PORT}"
@@ -64,6 +70,10 @@ VIEWS=(
   "deliveries_first=/deliveries"
   "deliveries_filtered=/deliveries?status=FAILED&merchant=mer_bench012"
   "deliveries_filtered_none=/deliveries?status=FAILED&merchant=mer_bench012&money=money"
+  "deliveries_merchant=/deliveries?merchant=mer_bench012"
+  "deliveries_delivered=/deliveries?status=DELIVERED"
+  "deliveries_delivering=/deliveries?status=DELIVERING"
+  "deliveries_slow=/deliveries?ladder=slow"
   "deliveries_deep=/deliveries?after=${DEEP}"
   "deliveries_filtered_deep=/deliveries?event_type=order.created&after=${DEEP}"
   "quotas_first=/quotas"

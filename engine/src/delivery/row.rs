@@ -212,17 +212,17 @@ impl Sql {
 }
 
 /// The terms that let the partial listing indexes serve a query for
-/// deliveries in `status` (migrations/*/0015_listing_indexes.sql): no
-/// listing index holds DELIVERING rows, and the status index holds no
-/// DELIVERED ones either. Written out although `status = …` implies them:
-/// SQLite uses a partial index only when the query repeats the index's
-/// terms, and PostgreSQL cannot see the implication through a bound
-/// `status`. DELIVERING rows are found through `deliveries_lease`.
+/// deliveries in `status` (migrations/*/0015_listing_indexes.sql): only
+/// `deliveries_in_flight` holds DELIVERING rows, and the status index holds
+/// no DELIVERED ones either. Written out although `status = …` implies
+/// them: SQLite uses a partial index only when the query repeats the
+/// index's terms, and PostgreSQL cannot see the implication through a
+/// bound `status`.
 pub(crate) fn status_index_terms(status: DeliveryStatus) -> &'static str {
     match status {
         DeliveryStatus::Pending | DeliveryStatus::Failed => " AND status <> 'DELIVERING' AND status <> 'DELIVERED'",
         DeliveryStatus::Delivered => " AND status <> 'DELIVERING'",
-        DeliveryStatus::Delivering => "",
+        DeliveryStatus::Delivering => " AND status = 'DELIVERING'",
     }
 }
 

@@ -16,6 +16,8 @@
 # Settings in the environment (SLUICE_DELIVERY_STEPS, …) reach every
 # instance; DELIVERY_LOAD_BATCH=N makes producers post N events a call;
 # SLUICE_BIN names the server binary (default: this checkout's release build).
+# Each case also prints where the cores went and the CPU time each event
+# cost PostgreSQL and the server (steadier than a rate on a busy machine).
 # Targets (the delivery volume issue): pg deliveries/s >= 1.0 x pgbench -N tps,
 # intake at least the same; sqlite >= 1,000/s; two2 >= 1.6 x two1.
 set -euo pipefail
@@ -124,7 +126,7 @@ for case in $CASES; do
   # Where the two cores went while the loader ran (server, loader and
   # receiver, PostgreSQL, Redis), and what each event cost the database.
   printf '%-7s ' ""
-  python3 scripts/bench/cpu-split.py report "$WORK/cpu" $$ delivery_load
+  python3 scripts/bench/cpu-split.py report "$WORK/cpu" $$ delivery_load "$EVENTS" | sed "2s/^/$(printf '%-8s' '')/"
   stop_instances
   if [ -n "$db" ]; then
     # Read after the instances stopped: a backend reports its counts when it ends.

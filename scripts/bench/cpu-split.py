@@ -4,9 +4,11 @@ cores went during a run (docs/benchmarks.md, "Where a single-event intake's
 time goes").
 
   cpu-split.py snapshot FILE        write every process's CPU time so far
-  cpu-split.py report FILE [PID NAME]
+  cpu-split.py report FILE [PID NAME [EVENTS]]
                                     CPU used since FILE, by group, in cores;
-                                    children PID waited for count as NAME
+                                    children PID waited for count as NAME;
+                                    with EVENTS, also the CPU time each
+                                    event cost PostgreSQL and the server
 
 Groups are named by the process's command (`sluice`, `delivery_load`,
 `postgres`, `redis-server`, …); the rest of the machine is `other` and the
@@ -57,7 +59,7 @@ def snapshot(path):
         json.dump({"procs": processes(), "total": total, "idle": idle, "at": time.time()}, f)
 
 
-def report(path, waiter=None, waited_name=None):
+def report(path, waiter=None, waited_name=None, events=None):
     with open(path) as f:
         before = json.load(f)
     seconds = max(time.time() - before["at"], 1e-3)
@@ -77,6 +79,12 @@ def report(path, waiter=None, waited_name=None):
     used["idle"] = idle - before["idle"]
     parts = [f"{g} {used[g] / TICK / seconds:.2f}" for g in sorted(used, key=lambda g: -used[g]) if used[g] > 0]
     print(f"cores used over {seconds:.1f} s: " + ", ".join(parts))
+    if events:
+        # CPU time per event is steadier than a rate on a busy machine:
+        # compare builds by it (docs/benchmarks.md, "Listing indexes leave
+        # out deliveries in flight").
+        per = [f"{g} {used.get(g, 0) / TICK / int(events) * 1e6:.0f}" for g in ("postgres", "sluice")]
+        print("CPU µs per event: " + ", ".join(per))
 
 
 if __name__ == "__main__":
@@ -84,7 +92,7 @@ if __name__ == "__main__":
         snapshot(sys.argv[2])
     elif len(sys.argv) == 3 and sys.argv[1] == "report":
         report(sys.argv[2])
-    elif len(sys.argv) == 5 and sys.argv[1] == "report":
-        report(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) in (5, 6) and sys.argv[1] == "report":
+        report(*sys.argv[2:])
     else:
         sys.exit(__doc__)

@@ -94,10 +94,21 @@ impl DeliveryStore {
             if ready.is_empty() {
                 break;
             }
-            let mut conn = self.db().pool().begin().await?;
-            match insert_events(&mut conn, self.db().backend(), &ready, now, claim).await {
-                Ok((found, stored_claimed)) => {
+            // On PostgreSQL the batch is one statement (`insert_events`),
+            // so it commits on its own: no BEGIN and COMMIT round trips.
+            let stored = if self.db().backend() == Backend::Postgres {
+                let mut conn = self.db().pool().acquire().await?;
+                insert_events(&mut conn, Backend::Postgres, &ready, now, claim).await
+            } else {
+                let mut conn = self.db().pool().begin().await?;
+                let stored = insert_events(&mut conn, Backend::Sqlite, &ready, now, claim).await;
+                if stored.is_ok() {
                     conn.commit().await?;
+                }
+                stored
+            };
+            match stored {
+                Ok((found, stored_claimed)) => {
                     claimed = stored_claimed;
                     for ((i, _), answer) in ready.iter().zip(found) {
                         answers[*i] = Some(Ok(answer));
@@ -105,7 +116,6 @@ impl DeliveryStore {
                     break;
                 }
                 Err(StoreError::Db(sqlx::Error::Database(db))) if db.is_foreign_key_violation() => {
-                    drop(conn);
                     // Some merchant does not exist: refuse its events, store the rest.
                     let known = self.known_merchants(ready.iter().map(|(_, p)| &p.input.merchant_id)).await?;
                     let before = ready.len();
@@ -245,9 +255,12 @@ fn prepare(e: &EventIn) -> Result<Prepared<'_>, StoreError> {
     Ok(Prepared { input: e, event_id: EventId::generate(), delivery_id: DeliveryId::generate(), status, money, payload: serde_json::to_string(&e.payload)? })
 }
 
-/// Write first, read after: on SQLite a transaction that reads and then
-/// writes can fail outright (SQLITE_BUSY on upgrade) when another
-/// connection wrote in between; the foreign key checks the merchant.
+/// Store a batch: events, then deliveries for the new ones, inside the
+/// caller's transaction on SQLite; one statement on PostgreSQL
+/// ([`insert_events_pg`]). Write first, read after: on SQLite a transaction
+/// that reads and then writes can fail outright (SQLITE_BUSY on upgrade)
+/// when another connection wrote in between; the foreign key checks the
+/// merchant.
 async fn insert_events(
     conn: &mut AnyConnection,
     backend: Backend,
@@ -255,6 +268,9 @@ async fn insert_events(
     now: Timestamp,
     claim: Option<ClaimAtIntake<'_>>,
 ) -> Result<(Vec<Accepted>, Vec<DeliveryId>), StoreError> {
+    if backend == Backend::Postgres {
+        return insert_events_pg(conn, ready, now, claim).await;
+    }
     const EVENT_COLS: usize = 8;
     let sql = format!(
         "INSERT INTO events (id, merchant_id, event_type, status, is_money, payload, idempotency_key, created_at) \
@@ -300,13 +316,19 @@ async fn insert_events(
                 .bind(i < places);
         }
         q.execute(&mut *conn).await?;
-        // Rows stored claimed are this instance's to send: nobody else
-        // needs waking for them.
-        if backend == Backend::Postgres && places < fresh.len() {
-            // Delivered at commit: idle workers of every instance wake.
-            sqlx::query("SELECT pg_notify($1, '')").bind(NEW_WORK_CHANNEL).execute(&mut *conn).await?;
-        }
     }
+    let claimed = fresh.iter().take(places).map(|p| p.delivery_id.clone()).collect();
+    Ok((answer_duplicates(conn, ready, &inserted).await?, claimed))
+}
+
+/// The answers of a stored batch, given the ids of the events it
+/// inserted: events already stored (by an earlier call, or earlier in this
+/// batch) are looked up and answered with the first call's ids.
+async fn answer_duplicates(
+    conn: &mut AnyConnection,
+    ready: &[(usize, Prepared<'_>)],
+    inserted: &std::collections::HashSet<String>,
+) -> Result<Vec<Accepted>, StoreError> {
     // Events already stored (by an earlier call, or earlier in this batch):
     // the first call's ids.
     let dups: Vec<&Prepared> = ready.iter().map(|(_, p)| p).filter(|p| !inserted.contains(p.event_id.as_str())).collect();
@@ -330,7 +352,6 @@ async fn insert_events(
             }
         }
     }
-    let claimed = fresh.iter().take(places).map(|p| p.delivery_id.clone()).collect();
     let answers: Vec<Accepted> = ready
         .iter()
         .map(|(_, p)| {
@@ -342,5 +363,66 @@ async fn insert_events(
             Ok(Accepted { event_id: EventId::from_db(event_id), delivery_ids, duplicate: true })
         })
         .collect::<Result<_, StoreError>>()?;
-    Ok((answers, claimed))
+    Ok(answers)
+}
+
+/// [`insert_events`] on PostgreSQL: events, deliveries and the `NOTIFY` in
+/// one statement (data-modifying `WITH`s) that commits by itself, so a
+/// batch costs one round trip instead of four (`BEGIN`, events,
+/// deliveries, `COMMIT`); the lookup of keys seen before follows only when
+/// some were, and reads what is committed. The new deliveries, in batch
+/// order, are stored claimed up to `claim.places`; the rest PENDING, and
+/// only those `NOTIFY` other instances (rows stored claimed are this
+/// instance's to send). Keys in batch order, as on SQLite, so concurrent
+/// batches take the unique index's locks in one order.
+async fn insert_events_pg(
+    conn: &mut AnyConnection,
+    ready: &[(usize, Prepared<'_>)],
+    now: Timestamp,
+    claim: Option<ClaimAtIntake<'_>>,
+) -> Result<(Vec<Accepted>, Vec<DeliveryId>), StoreError> {
+    const COLS: usize = 9;
+    let places = claim.map_or(0, |c| c.places);
+    let sql = format!(
+        "WITH v (ord, event_id, delivery_id, merchant_id, event_type, status, is_money, payload, idempotency_key) AS (VALUES {}), \
+         e AS (INSERT INTO events (id, merchant_id, event_type, status, is_money, payload, idempotency_key, created_at) \
+           SELECT event_id, merchant_id, event_type, status, is_money, payload, idempotency_key, $1 FROM v ORDER BY ord \
+           ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING id), \
+         f AS (SELECT v.*, row_number() OVER (ORDER BY v.ord) AS n FROM v JOIN e ON e.id = v.event_id), \
+         d AS (INSERT INTO deliveries (id, event_id, merchant_id, event_type, is_money, status, ladder, fast_attempts, \
+           slow_steps, cycle_started_at, next_attempt_at, deferred, deferrals, created_at, updated_at, lease_owner, lease_until) \
+           SELECT delivery_id, event_id, merchant_id, event_type, is_money, \
+           CASE WHEN n <= $4 THEN 'DELIVERING' ELSE 'PENDING' END, 'fast', 0, 0, $1, $1, FALSE, 0, $1, $1, \
+           CASE WHEN n <= $4 THEN $2 END, CASE WHEN n <= $4 THEN $3 END FROM f RETURNING id, event_id, status), \
+         w AS (SELECT pg_notify($5, '') FROM (SELECT 1 FROM d WHERE status = 'PENDING' LIMIT 1) AS pending) \
+         SELECT id, event_id, status, (SELECT COUNT(*) FROM w) AS woke FROM d",
+        value_rows(ready.len(), COLS, 6)
+    );
+    let mut q = sqlx::query(&sql)
+        .bind(now.as_millis())
+        .bind(claim.map(|c| c.owner))
+        .bind(claim.map(|c| c.until.as_millis()))
+        .bind(places as i64)
+        .bind(NEW_WORK_CHANNEL);
+    for (i, (_, p)) in ready.iter().enumerate() {
+        q = q
+            .bind(i as i64)
+            .bind(p.event_id.as_str())
+            .bind(p.delivery_id.as_str())
+            .bind(p.input.merchant_id.as_str())
+            .bind(&p.input.event_type)
+            .bind(p.status.as_deref())
+            .bind(p.money)
+            .bind(&p.payload)
+            .bind(&p.input.idempotency_key);
+    }
+    let mut inserted = std::collections::HashSet::new();
+    let mut claimed = Vec::new();
+    for r in q.fetch_all(&mut *conn).await? {
+        inserted.insert(r.try_get::<String, _>("event_id")?);
+        if r.try_get::<String, _>("status")? == DeliveryStatus::Delivering.as_str() {
+            claimed.push(DeliveryId::from_db(r.try_get::<String, _>("id")?));
+        }
+    }
+    Ok((answer_duplicates(conn, ready, &inserted).await?, claimed))
 }

@@ -188,26 +188,35 @@ impl DeliveryStore {
         Ok(self.finish_attempts(std::slice::from_ref(rec), owner, now).await?.first().copied().unwrap_or(false))
     }
 
-    /// Record attempts and write their ladder decisions, in one transaction
-    /// of two statements. Every attempt is kept (it happened); a delivery is
+    /// Record attempts and write their ladder decisions: one statement on
+    /// PostgreSQL (the attempts' `INSERT` a data-modifying `WITH` of the
+    /// `UPDATE`, committing by itself), a transaction of two on SQLite.
+    /// Every attempt is kept (it happened); a delivery is
     /// updated only if `owner` still holds its lease. Returns, per record,
     /// whether it did.
     pub async fn finish_attempts(&self, recs: &[AttemptRecord], owner: &str, now: Timestamp) -> Result<Vec<bool>, StoreError> {
         if recs.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = self.db().pool().begin().await?;
+        let pg = self.db().backend() == Backend::Postgres;
         let cols = ATTEMPT_COLS.split(',').count();
-        let sql = format!("INSERT INTO attempts ({ATTEMPT_COLS}) VALUES {}", value_rows(recs.len(), cols, 1));
-        let mut q = sqlx::query(&sql);
-        for rec in recs {
-            q = super::store::bind_attempt(q, &rec.attempt)?;
+        let n = recs.len();
+        // On PostgreSQL the attempts' INSERT is a data-modifying WITH of the
+        // UPDATE: one statement that commits by itself. On SQLite, two in a
+        // transaction.
+        let insert = format!("INSERT INTO attempts ({ATTEMPT_COLS}) VALUES {}", value_rows(n, cols, if pg { 3 } else { 1 }));
+        let mut tx = if pg { None } else { Some(self.db().pool().begin().await?) };
+        if let Some(tx) = tx.as_mut() {
+            let mut q = sqlx::query(&insert);
+            for rec in recs {
+                q = super::store::bind_attempt(q, &rec.attempt)?;
+            }
+            q.execute(&mut **tx).await?;
         }
-        q.execute(&mut *tx).await?;
 
         const STEP_COLS: usize = 11;
         let sql = format!(
-            "WITH v (delivery_id, status, ladder, fast_attempts, slow_steps, slow_started_at, next_attempt_at, failed_reason, \
+            "WITH {}v (delivery_id, status, ladder, fast_attempts, slow_steps, slow_started_at, next_attempt_at, failed_reason, \
              finished_at, last_status_code, last_error) AS (VALUES {}) \
              UPDATE deliveries SET status = v.status, ladder = COALESCE(v.ladder, deliveries.ladder), \
              fast_attempts = COALESCE(v.fast_attempts, deliveries.fast_attempts), \
@@ -218,9 +227,15 @@ impl DeliveryStore {
              last_error = v.last_error, lease_owner = NULL, lease_until = NULL, deferred = FALSE, updated_at = $2 \
              FROM v WHERE deliveries.id = v.delivery_id AND deliveries.status = 'DELIVERING' AND deliveries.lease_owner = $1 \
              RETURNING id",
-            value_rows(recs.len(), STEP_COLS, 3)
+            if pg { format!("a AS ({insert}), ") } else { String::new() },
+            value_rows(n, STEP_COLS, if pg { 3 + n * cols } else { 3 })
         );
         let mut q = sqlx::query(&sql).bind(owner).bind(now.as_millis());
+        if pg {
+            for rec in recs {
+                q = super::store::bind_attempt(q, &rec.attempt)?;
+            }
+        }
         for rec in recs {
             let a = &rec.attempt;
             let (status, ladder, state, next_at, failed, finished) = match rec.decision {
@@ -241,8 +256,14 @@ impl DeliveryStore {
                 .bind(a.status_code.map(i64::from))
                 .bind(a.error.as_deref());
         }
-        let updated = q.fetch_all(&mut *tx).await?;
-        tx.commit().await?;
+        let updated = match tx {
+            Some(mut tx) => {
+                let updated = q.fetch_all(&mut *tx).await?;
+                tx.commit().await?;
+                updated
+            }
+            None => q.fetch_all(self.db().pool()).await?,
+        };
         let ours: std::collections::HashSet<String> = updated.iter().map(|r| r.try_get::<String, _>("id")).collect::<Result<_, _>>()?;
         Ok(recs.iter().map(|r| ours.contains(r.attempt.delivery_id.as_str())).collect())
     }

@@ -94,18 +94,18 @@ impl DeliveryStore {
             if ready.is_empty() {
                 break;
             }
-            // On PostgreSQL the batch is one statement (`insert_events`),
+            // On PostgreSQL the batch is one statement (`insert_events_pg`),
             // so it commits on its own: no BEGIN and COMMIT round trips.
-            let stored = if self.db().backend() == Backend::Postgres {
-                let mut conn = self.db().pool().acquire().await?;
-                insert_events(&mut conn, Backend::Postgres, &ready, now, claim).await
-            } else {
-                let mut conn = self.db().pool().begin().await?;
-                let stored = insert_events(&mut conn, Backend::Sqlite, &ready, now, claim).await;
-                if stored.is_ok() {
-                    conn.commit().await?;
+            let stored = match self.db().backend() {
+                Backend::Postgres => insert_events_pg(&mut *self.db().pool().acquire().await?, &ready, now, claim).await,
+                Backend::Sqlite => {
+                    let mut tx = self.db().pool().begin().await?;
+                    let stored = insert_events_sqlite(&mut tx, &ready, now, claim).await;
+                    if stored.is_ok() {
+                        tx.commit().await?;
+                    }
+                    stored
                 }
-                stored
             };
             match stored {
                 Ok((found, stored_claimed)) => {
@@ -276,22 +276,17 @@ fn prepare(e: &EventIn) -> Result<Prepared<'_>, StoreError> {
     Ok(Prepared { input: e, event_id: EventId::generate(), delivery_id: DeliveryId::generate(), status, money, payload: serde_json::to_string(&e.payload)? })
 }
 
-/// Store a batch: events, then deliveries for the new ones, inside the
-/// caller's transaction on SQLite; one statement on PostgreSQL
-/// ([`insert_events_pg`]). Write first, read after: on SQLite a transaction
-/// that reads and then writes can fail outright (SQLITE_BUSY on upgrade)
-/// when another connection wrote in between; the foreign key checks the
-/// merchant.
-async fn insert_events(
+/// Store a batch on SQLite, inside the caller's transaction: events, then
+/// deliveries for the new ones (PostgreSQL: [`insert_events_pg`]). Write
+/// first, read after: a transaction that reads and then writes can fail
+/// outright (SQLITE_BUSY on upgrade) when another connection wrote in
+/// between; the foreign key checks the merchant.
+async fn insert_events_sqlite(
     conn: &mut AnyConnection,
-    backend: Backend,
     ready: &[(usize, Prepared<'_>)],
     now: Timestamp,
     claim: Option<ClaimAtIntake<'_>>,
 ) -> Result<(Vec<Accepted>, Vec<DeliveryId>), StoreError> {
-    if backend == Backend::Postgres {
-        return insert_events_pg(conn, ready, now, claim).await;
-    }
     const EVENT_COLS: usize = 8;
     let sql = format!(
         "INSERT INTO events (id, merchant_id, event_type, status, is_money, payload, idempotency_key, created_at) \
@@ -387,7 +382,7 @@ async fn answer_duplicates(
     Ok(answers)
 }
 
-/// [`insert_events`] on PostgreSQL: events, deliveries and the `NOTIFY` in
+/// A batch on PostgreSQL: events, deliveries and the `NOTIFY` in
 /// one statement (data-modifying `WITH`s) that commits by itself, so a
 /// batch costs one round trip instead of four (`BEGIN`, events,
 /// deliveries, `COMMIT`); the lookup of keys seen before follows only when

@@ -9,7 +9,8 @@
 //! it through the API, then `PRODUCERS` concurrent producers post `EVENTS`
 //! events (`POST /api/v1/events`, spread over the merchants) while Sluice
 //! delivers them. Waits until every event was received once, then prints
-//! one line of JSON: intake and delivery rates, duplicates (same id twice,
+//! one line of JSON: intake and delivery rates, how long an intake call took
+//! as the producer saw it (`intake_call_ms`: p50, p90, p99), duplicates (same id twice,
 //! which at-least-once allows) and any refused intake. Exits non-zero when
 //! an intake call failed or not everything arrived within ten minutes.
 //!
@@ -119,13 +120,16 @@ async fn main() -> anyhow::Result<()> {
                 json!({"merchant_id": merchant, "event_type": "order.created",
                     "payload": {"order": n}, "idempotency_key": format!("load-{run}-{n}")})
             };
+            // How long each intake call took, in µs.
+            let mut latencies = Vec::new();
             loop {
                 let first = next.fetch_add(batch, Ordering::Relaxed);
                 if first >= events || stop_at.is_some_and(|at| Instant::now() >= at) {
-                    return;
+                    return latencies;
                 }
                 let last = (first + batch).min(events);
                 posted.fetch_add(last - first, Ordering::Relaxed);
+                let call = Instant::now();
                 let stored = if batch == 1 {
                     match client.post(format!("{base}/api/v1/events")).bearer_auth(&worker).json(&event(first)).send().await {
                         Ok(r) if r.status() == StatusCode::CREATED => 1,
@@ -141,6 +145,7 @@ async fn main() -> anyhow::Result<()> {
                         _ => 0,
                     }
                 };
+                latencies.push(u64::try_from(call.elapsed().as_micros()).unwrap_or(u64::MAX));
                 refused.fetch_add(last - first - stored, Ordering::Relaxed);
                 if stored < last - first && stop_at.is_some() {
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -148,8 +153,18 @@ async fn main() -> anyhow::Result<()> {
             }
         });
     }
-    while tasks.join_next().await.is_some() {}
+    let mut latencies = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        latencies.extend(done?);
+    }
     let intake_s = started.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    // An intake call's latency as the producer saw it, in ms (what sets
+    // the rate of producers that post one call at a time).
+    let latency_ms = |q: f64| {
+        let i = ((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1));
+        latencies.get(i).map_or(0.0, |&us| (us as f64 / 100.0).round() / 10.0)
+    };
     let posted = posted.load(Ordering::Relaxed);
     let accepted = posted - refused.load(Ordering::Relaxed);
 
@@ -169,6 +184,7 @@ async fn main() -> anyhow::Result<()> {
             "accepted": accepted, "refused": posted - accepted, "recovery": recovery(&received), "delivered_unique": delivered, "duplicates": total - delivered,
             "intake_per_s": (accepted as f64 / intake_s).round(), "deliveries_per_s": (delivered as f64 / deliver_s).round(),
             "intake_s": (intake_s * 10.0).round() / 10.0, "all_delivered_s": (deliver_s * 10.0).round() / 10.0,
+            "intake_call_ms": {"p50": latency_ms(0.5), "p90": latency_ms(0.9), "p99": latency_ms(0.99)},
         })
     );
     anyhow::ensure!(seconds.is_some() || accepted == events, "{} intake calls were refused", events - accepted);

@@ -141,6 +141,14 @@ impl Default for PoolSettings {
 /// closed (reopening one is a file open and three pragmas).
 pub const SQLITE_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// A pooled connection idle at least this long is pinged before it is
+/// handed out; one in steady use is not (docs/decisions.md, "Pooled
+/// connections are pinged only after they sat idle"). A connection whose
+/// server went away (a restart, which takes longer than this) was idle for
+/// at least the time it was away, so it is pinged, found broken and
+/// replaced before a statement fails on it.
+pub const PING_IDLE_AFTER: Duration = Duration::from_millis(50);
+
 /// A pooled connection to PostgreSQL or SQLite.
 #[derive(Clone)]
 pub struct Db {
@@ -164,7 +172,20 @@ impl Db {
             AnyConnectOptions::from_str(url).map_err(|source| DbError::Connect { backend, source })?;
         let mut pool = AnyPoolOptions::new()
             .max_connections(settings.max_connections)
-            .acquire_timeout(settings.acquire_timeout);
+            .acquire_timeout(settings.acquire_timeout)
+            // sqlx pings every connection it hands out by default: a round
+            // trip before each statement. One released (and pinged on its
+            // release) moments ago is handed out without it; see
+            // `PING_IDLE_AFTER`.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_IDLE_AFTER {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            });
         if backend == Backend::Sqlite {
             // SQLite allows one writer at a time; a small pool plus WAL and a
             // busy timeout keeps writers queueing instead of failing.

@@ -399,6 +399,8 @@ async fn insert_events_pg(
 ) -> Result<(Vec<Accepted>, Vec<DeliveryId>), StoreError> {
     const COLS: usize = 9;
     let places = claim.map_or(0, |c| c.places);
+    // `woke` is never read: PostgreSQL runs a plain `SELECT` in a `WITH` only
+    // when the query refers to it, and `w` is where the `NOTIFY` is sent.
     let sql = format!(
         "WITH v (ord, event_id, delivery_id, merchant_id, event_type, status, is_money, payload, idempotency_key) AS (VALUES {}), \
          e AS (INSERT INTO events (id, merchant_id, event_type, status, is_money, payload, idempotency_key, created_at) \

@@ -30,12 +30,17 @@ use crate::clock::Timestamp;
 
 /// How many calls one transaction stores at most.
 pub const DEFAULT_MAX_BATCH: usize = 256;
-/// How many intake transactions run at once. Two, not more: with sixteen
-/// producers posting one event each, four at once split the calls into
-/// small groups and PostgreSQL spent its CPU on their commits; two make the
-/// groups larger (1.07 → 0.71 database transactions per delivered event,
-/// +27 % deliveries/s; docs/benchmarks.md, "Single events").
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 2;
+/// How many intake transactions run at once. One: the calls that arrive
+/// while it commits form the next batch. With sixteen producers posting one
+/// event each, four at once split the calls into small groups and
+/// PostgreSQL spent its CPU on their commits (1.07 database transactions per
+/// delivered event, against 0.71 with two); one makes the groups larger
+/// still, and in alternating pairs it delivered as fast as two or faster
+/// with about a tenth less CPU in PostgreSQL and in the server
+/// (docs/benchmarks.md, "One intake transaction at a time"). A batch
+/// producer's call (`accept_many`) is its own transaction and does not wait
+/// for this one.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1;
 
 type Reply = oneshot::Sender<Result<Accepted, StoreError>>;
 

@@ -233,7 +233,8 @@ impl DeliveryStore {
 /// ("<" older, ">" newer), ordered by (created_at, id) in `dir`, at most
 /// `limit`. Without a status in the filter it is two index walks, merged:
 /// the settled rows through the partial listing indexes and the rows in
-/// flight, which those leave out (migrations/*/0015_listing_indexes.sql),
+/// flight, which those leave out (migrations/*/0015_listing_indexes.sql,
+/// in ascending order since 0016),
 /// through their own `deliveries_in_flight`; there are only as many of
 /// those as the workers hold.
 fn listing(filter: &DeliveryFilter, keyset: Option<(&str, &Cursor)>, dir: &str, limit: i64) -> Sql {
@@ -243,7 +244,7 @@ fn listing(filter: &DeliveryFilter, keyset: Option<(&str, &Cursor)>, dir: &str, 
         sql.raw(part);
         if let Some((op, c)) = keyset {
             // Row-value comparison: PostgreSQL and SQLite both seek the
-            // (…, created_at DESC, id DESC) indexes with it.
+            // (…, created_at, id) indexes with it, in either direction.
             sql.push(&format!(" AND (created_at, id) {op} ("), Arg::Int(c.created_at.as_millis()), "");
             sql.push(", ", Arg::Text(c.id.as_str().into()), ")");
         }

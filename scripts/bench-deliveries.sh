@@ -17,7 +17,8 @@
 # instance; DELIVERY_LOAD_BATCH=N makes producers post N events a call;
 # SLUICE_BIN names the server binary (default: this checkout's release build).
 # Each case also prints where the cores went and the CPU time each event
-# cost PostgreSQL and the server (steadier than a rate on a busy machine).
+# cost PostgreSQL and the server (steadier than a rate on a busy machine),
+# and on PostgreSQL the transactions and WAL bytes per event.
 # Targets (the delivery volume issue): pg deliveries/s >= 1.0 x pgbench -N tps,
 # intake at least the same; sqlite >= 1,000/s; two2 >= 1.6 x two1.
 set -euo pipefail
@@ -121,8 +122,11 @@ for case in $CASES; do
   for i in $(seq 2 "$instances"); do start_instance "$case-$i" > /dev/null; done
   printf '%-7s ' "$case"
   python3 scripts/bench/cpu-split.py snapshot "$WORK/cpu"
-  [ -n "$db" ] && xacts_before="$(xacts "$name")"
+  [ -n "$db" ] && xacts_before="$(xacts "$name")" && wal_before="$(psql "$PG" -Atc "SELECT pg_current_wal_lsn()")"
   "$BIN/examples/delivery_load" "$BASE" "$ADMIN" "$WORKER" "$merchants" "$EVENTS" "$PRODUCERS" "$delay"
+  # WAL the whole cluster wrote while the loader ran (this case's database
+  # is all that is busy then): what every commit has to flush.
+  [ -n "$db" ] && wal_bytes="$(psql "$PG" -Atc "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$wal_before')")"
   # Where the two cores went while the loader ran (server, loader and
   # receiver, PostgreSQL, Redis), and what each event cost the database.
   printf '%-7s ' ""
@@ -130,8 +134,9 @@ for case in $CASES; do
   stop_instances
   if [ -n "$db" ]; then
     # Read after the instances stopped: a backend reports its counts when it ends.
-    printf '%-7s PostgreSQL transactions per event: %s\n' "" \
-      "$(awk -v a="$xacts_before" -v b="$(xacts "$name")" -v n="$EVENTS" 'BEGIN { printf "%.2f", (b - a) / n }')"
+    printf '%-7s PostgreSQL transactions per event: %s, WAL bytes per event: %s\n' "" \
+      "$(awk -v a="$xacts_before" -v b="$(xacts "$name")" -v n="$EVENTS" 'BEGIN { printf "%.2f", (b - a) / n }')" \
+      "$(awk -v w="$wal_bytes" -v n="$EVENTS" 'BEGIN { printf "%d", w / n }')"
   fi
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -8,7 +8,7 @@
 //! its own attempt row and its own ladder step; only the round trips are
 //! shared.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use sqlx::{AnyConnection, Row};
 
@@ -17,7 +17,7 @@ use super::merchant_breaker::MerchantBreaker;
 use super::model::*;
 use super::money::{event_status, is_money_event};
 use super::row::{self, ATTEMPT_COLS, BREAKER_COLS, DELIVERY_COLS, MERCHANT_COLS};
-use super::store::{AttemptRecord, DeliveryStore, Job, StoreError};
+use super::store::{AnyQuery, AttemptRecord, DeliveryStore, Job, StoreError};
 use crate::clock::Timestamp;
 use crate::db::{placeholder_list, value_rows, Backend};
 
@@ -189,84 +189,110 @@ impl DeliveryStore {
     }
 
     /// Record attempts and write their ladder decisions: one statement on
-    /// PostgreSQL (the attempts' `INSERT` a data-modifying `WITH` of the
-    /// `UPDATE`, committing by itself), a transaction of two on SQLite.
-    /// Every attempt is kept (it happened); a delivery is
-    /// updated only if `owner` still holds its lease. Returns, per record,
-    /// whether it did.
+    /// PostgreSQL ([`finish_attempts_pg`]), a transaction of two on SQLite
+    /// ([`finish_attempts_sqlite`]). Every attempt is kept (it happened); a
+    /// delivery is updated only if `owner` still holds its lease. Returns,
+    /// per record, whether it did.
     pub async fn finish_attempts(&self, recs: &[AttemptRecord], owner: &str, now: Timestamp) -> Result<Vec<bool>, StoreError> {
         if recs.is_empty() {
             return Ok(Vec::new());
         }
-        let pg = self.db().backend() == Backend::Postgres;
-        let cols = ATTEMPT_COLS.split(',').count();
-        let n = recs.len();
-        // On PostgreSQL the attempts' INSERT is a data-modifying WITH of the
-        // UPDATE: one statement that commits by itself. On SQLite, two in a
-        // transaction.
-        let insert = format!("INSERT INTO attempts ({ATTEMPT_COLS}) VALUES {}", value_rows(n, cols, if pg { 3 } else { 1 }));
-        let mut tx = if pg { None } else { Some(self.db().pool().begin().await?) };
-        if let Some(tx) = tx.as_mut() {
-            let mut q = sqlx::query(&insert);
-            for rec in recs {
-                q = super::store::bind_attempt(q, &rec.attempt)?;
-            }
-            q.execute(&mut **tx).await?;
-        }
-
-        const STEP_COLS: usize = 11;
-        let sql = format!(
-            "WITH {}v (delivery_id, status, ladder, fast_attempts, slow_steps, slow_started_at, next_attempt_at, failed_reason, \
-             finished_at, last_status_code, last_error) AS (VALUES {}) \
-             UPDATE deliveries SET status = v.status, ladder = COALESCE(v.ladder, deliveries.ladder), \
-             fast_attempts = COALESCE(v.fast_attempts, deliveries.fast_attempts), \
-             slow_steps = COALESCE(v.slow_steps, deliveries.slow_steps), \
-             slow_started_at = COALESCE(v.slow_started_at, deliveries.slow_started_at), \
-             next_attempt_at = COALESCE(v.next_attempt_at, deliveries.next_attempt_at), \
-             failed_reason = v.failed_reason, finished_at = v.finished_at, last_status_code = v.last_status_code, \
-             last_error = v.last_error, lease_owner = NULL, lease_until = NULL, deferred = FALSE, updated_at = $2 \
-             FROM v WHERE deliveries.id = v.delivery_id AND deliveries.status = 'DELIVERING' AND deliveries.lease_owner = $1 \
-             RETURNING id",
-            if pg { format!("a AS ({insert}), ") } else { String::new() },
-            value_rows(n, STEP_COLS, if pg { 3 + n * cols } else { 3 })
-        );
-        let mut q = sqlx::query(&sql).bind(owner).bind(now.as_millis());
-        if pg {
-            for rec in recs {
-                q = super::store::bind_attempt(q, &rec.attempt)?;
-            }
-        }
-        for rec in recs {
-            let a = &rec.attempt;
-            let (status, ladder, state, next_at, failed, finished) = match rec.decision {
-                Decision::Delivered => (DeliveryStatus::Delivered, None, None, None, None, Some(now)),
-                Decision::Retry { at, ladder, state } => (DeliveryStatus::Pending, Some(ladder), Some(state), Some(at), None, None),
-                Decision::Failed { reason, state } => (DeliveryStatus::Failed, None, Some(state), None, Some(reason), Some(now)),
-            };
-            q = q
-                .bind(a.delivery_id.as_str())
-                .bind(status.as_str())
-                .bind(ladder.map(Ladder::as_str))
-                .bind(state.map(|s| i64::from(s.fast_attempts)))
-                .bind(state.map(|s| i64::from(s.slow_steps)))
-                .bind(state.and_then(|s| s.slow_started_at).map(Timestamp::as_millis))
-                .bind(next_at.map(Timestamp::as_millis))
-                .bind(failed.map(FailedReason::as_str))
-                .bind(finished.map(Timestamp::as_millis))
-                .bind(a.status_code.map(i64::from))
-                .bind(a.error.as_deref());
-        }
-        let updated = match tx {
-            Some(mut tx) => {
-                let updated = q.fetch_all(&mut *tx).await?;
+        let ours = match self.db().backend() {
+            Backend::Postgres => finish_attempts_pg(&mut *self.db().pool().acquire().await?, recs, owner, now).await?,
+            Backend::Sqlite => {
+                let mut tx = self.db().pool().begin().await?;
+                let ours = finish_attempts_sqlite(&mut tx, recs, owner, now).await?;
                 tx.commit().await?;
-                updated
+                ours
             }
-            None => q.fetch_all(self.db().pool()).await?,
         };
-        let ours: std::collections::HashSet<String> = updated.iter().map(|r| r.try_get::<String, _>("id")).collect::<Result<_, _>>()?;
         Ok(recs.iter().map(|r| ours.contains(r.attempt.delivery_id.as_str())).collect())
     }
+}
+
+/// The attempts' `INSERT` for `n` records, placeholders from `$first`.
+fn attempts_insert(n: usize, first: usize) -> String {
+    format!("INSERT INTO attempts ({ATTEMPT_COLS}) VALUES {}", value_rows(n, ATTEMPT_COLS.split(',').count(), first))
+}
+
+/// The ladder steps' `UPDATE` for `n` records (`$1` the lease owner, `$2`
+/// now, the steps' values from `$first`), after the `WITH` items in
+/// `with` (empty, or ending in ", "). Returns the ids it updated.
+fn steps_update(with: &str, n: usize, first: usize) -> String {
+    format!(
+        "WITH {with}v (delivery_id, status, ladder, fast_attempts, slow_steps, slow_started_at, next_attempt_at, failed_reason, \
+         finished_at, last_status_code, last_error) AS (VALUES {}) \
+         UPDATE deliveries SET status = v.status, ladder = COALESCE(v.ladder, deliveries.ladder), \
+         fast_attempts = COALESCE(v.fast_attempts, deliveries.fast_attempts), \
+         slow_steps = COALESCE(v.slow_steps, deliveries.slow_steps), \
+         slow_started_at = COALESCE(v.slow_started_at, deliveries.slow_started_at), \
+         next_attempt_at = COALESCE(v.next_attempt_at, deliveries.next_attempt_at), \
+         failed_reason = v.failed_reason, finished_at = v.finished_at, last_status_code = v.last_status_code, \
+         last_error = v.last_error, lease_owner = NULL, lease_until = NULL, deferred = FALSE, updated_at = $2 \
+         FROM v WHERE deliveries.id = v.delivery_id AND deliveries.status = 'DELIVERING' AND deliveries.lease_owner = $1 \
+         RETURNING id",
+        value_rows(n, STEP_COLS, first)
+    )
+}
+
+/// Columns of one ladder step in [`steps_update`].
+const STEP_COLS: usize = 11;
+
+/// Bind each record's ladder step, in [`steps_update`]'s column order.
+fn bind_steps<'q>(mut q: AnyQuery<'q>, recs: &'q [AttemptRecord], now: Timestamp) -> AnyQuery<'q> {
+    for rec in recs {
+        let a = &rec.attempt;
+        let (status, ladder, state, next_at, failed, finished) = match rec.decision {
+            Decision::Delivered => (DeliveryStatus::Delivered, None, None, None, None, Some(now)),
+            Decision::Retry { at, ladder, state } => (DeliveryStatus::Pending, Some(ladder), Some(state), Some(at), None, None),
+            Decision::Failed { reason, state } => (DeliveryStatus::Failed, None, Some(state), None, Some(reason), Some(now)),
+        };
+        q = q
+            .bind(a.delivery_id.as_str())
+            .bind(status.as_str())
+            .bind(ladder.map(Ladder::as_str))
+            .bind(state.map(|s| i64::from(s.fast_attempts)))
+            .bind(state.map(|s| i64::from(s.slow_steps)))
+            .bind(state.and_then(|s| s.slow_started_at).map(Timestamp::as_millis))
+            .bind(next_at.map(Timestamp::as_millis))
+            .bind(failed.map(FailedReason::as_str))
+            .bind(finished.map(Timestamp::as_millis))
+            .bind(a.status_code.map(i64::from))
+            .bind(a.error.as_deref());
+    }
+    q
+}
+
+/// The ids a steps' `UPDATE` returned.
+fn updated_ids(rows: &[sqlx::any::AnyRow]) -> Result<HashSet<String>, StoreError> {
+    Ok(rows.iter().map(|r| r.try_get::<String, _>("id")).collect::<Result<_, _>>()?)
+}
+
+/// A write-back on PostgreSQL: the attempts' `INSERT` a data-modifying
+/// `WITH` of the steps' `UPDATE`, one statement that commits by itself
+/// (no `BEGIN` and `COMMIT` round trips).
+async fn finish_attempts_pg(conn: &mut AnyConnection, recs: &[AttemptRecord], owner: &str, now: Timestamp) -> Result<HashSet<String>, StoreError> {
+    let n = recs.len();
+    let sql = steps_update(&format!("a AS ({}), ", attempts_insert(n, 3)), n, 3 + n * ATTEMPT_COLS.split(',').count());
+    let mut q = sqlx::query(&sql).bind(owner).bind(now.as_millis());
+    for rec in recs {
+        q = super::store::bind_attempt(q, &rec.attempt)?;
+    }
+    updated_ids(&bind_steps(q, recs, now).fetch_all(&mut *conn).await?)
+}
+
+/// A write-back on SQLite, inside the caller's transaction: the attempts'
+/// `INSERT`, then the steps' `UPDATE` (PostgreSQL: [`finish_attempts_pg`]).
+async fn finish_attempts_sqlite(conn: &mut AnyConnection, recs: &[AttemptRecord], owner: &str, now: Timestamp) -> Result<HashSet<String>, StoreError> {
+    let insert = attempts_insert(recs.len(), 1);
+    let mut q = sqlx::query(&insert);
+    for rec in recs {
+        q = super::store::bind_attempt(q, &rec.attempt)?;
+    }
+    q.execute(&mut *conn).await?;
+    let sql = steps_update("", recs.len(), 3);
+    let q = sqlx::query(&sql).bind(owner).bind(now.as_millis());
+    updated_ids(&bind_steps(q, recs, now).fetch_all(&mut *conn).await?)
 }
 
 fn prepare(e: &EventIn) -> Result<Prepared<'_>, StoreError> {

@@ -13,15 +13,16 @@ fn sqlite_memory() -> i64 {
     }
 }
 
-/// A dropped pool connection goes back by a task of its own: let it run.
+/// A dropped pool connection goes back by a task of its own, which waits
+/// for SQLite's worker thread: let it run, for up to ten seconds of wall
+/// time (a count of yields was not enough on a busy machine: the worker
+/// thread had not been scheduled yet).
 async fn back_in_pool(pool: &sqlx::AnyPool, idle: usize) {
-    for _ in 0..10_000 {
-        if pool.num_idle() >= idle {
-            return;
-        }
-        tokio::task::yield_now().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while pool.num_idle() < idle {
+        assert!(std::time::Instant::now() < deadline, "{idle} connections should be back in the pool, {} are", pool.num_idle());
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
-    panic!("{idle} connections should be back in the pool, {} are", pool.num_idle());
 }
 
 #[tokio::test]

@@ -210,9 +210,14 @@ impl DeliveryStore {
     }
 }
 
+/// Values one attempt binds in [`attempts_insert`].
+fn attempt_values() -> usize {
+    ATTEMPT_COLS.split(',').count()
+}
+
 /// The attempts' `INSERT` for `n` records, placeholders from `$first`.
 fn attempts_insert(n: usize, first: usize) -> String {
-    format!("INSERT INTO attempts ({ATTEMPT_COLS}) VALUES {}", value_rows(n, ATTEMPT_COLS.split(',').count(), first))
+    format!("INSERT INTO attempts ({ATTEMPT_COLS}) VALUES {}", value_rows(n, attempt_values(), first))
 }
 
 /// The ladder steps' `UPDATE` for `n` records (`$1` the lease owner, `$2`
@@ -273,7 +278,7 @@ fn updated_ids(rows: &[sqlx::any::AnyRow]) -> Result<HashSet<String>, StoreError
 /// (no `BEGIN` and `COMMIT` round trips).
 async fn finish_attempts_pg(conn: &mut AnyConnection, recs: &[AttemptRecord], owner: &str, now: Timestamp) -> Result<HashSet<String>, StoreError> {
     let n = recs.len();
-    let sql = steps_update(&format!("a AS ({}), ", attempts_insert(n, 3)), n, 3 + n * ATTEMPT_COLS.split(',').count());
+    let sql = steps_update(&format!("a AS ({}), ", attempts_insert(n, 3)), n, 3 + n * attempt_values());
     let mut q = sqlx::query(&sql).bind(owner).bind(now.as_millis());
     for rec in recs {
         q = super::store::bind_attempt(q, &rec.attempt)?;
@@ -331,7 +336,7 @@ async fn insert_events_sqlite(
             .bind(&p.input.idempotency_key)
             .bind(now.as_millis());
     }
-    let inserted: std::collections::HashSet<String> =
+    let inserted: HashSet<String> =
         q.fetch_all(&mut *conn).await?.iter().map(|r| r.try_get::<String, _>("id")).collect::<Result<_, _>>()?;
     let fresh: Vec<&Prepared> = ready.iter().map(|(_, p)| p).filter(|p| inserted.contains(p.event_id.as_str())).collect();
     // The first `places` new deliveries are stored claimed.
@@ -369,7 +374,7 @@ async fn insert_events_sqlite(
 async fn answer_duplicates(
     conn: &mut AnyConnection,
     ready: &[(usize, Prepared<'_>)],
-    inserted: &std::collections::HashSet<String>,
+    inserted: &HashSet<String>,
 ) -> Result<Vec<Accepted>, StoreError> {
     // Events already stored (by an earlier call, or earlier in this batch):
     // the first call's ids.
@@ -460,7 +465,7 @@ async fn insert_events_pg(
             .bind(&p.payload)
             .bind(&p.input.idempotency_key);
     }
-    let mut inserted = std::collections::HashSet::new();
+    let mut inserted = HashSet::new();
     let mut claimed = Vec::new();
     for r in q.fetch_all(&mut *conn).await? {
         inserted.insert(r.try_get::<String, _>("event_id")?);

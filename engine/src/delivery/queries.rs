@@ -234,9 +234,8 @@ impl DeliveryStore {
 /// `limit`. Without a status in the filter it is two index walks, merged:
 /// the settled rows through the partial listing indexes and the rows in
 /// flight, which those leave out (migrations/*/0015_listing_indexes.sql,
-/// in ascending order since 0016),
-/// through their own `deliveries_in_flight`; there are only as many of
-/// those as the workers hold.
+/// ascending since 0016), through their own `deliveries_in_flight`; there
+/// are only as many of those as the workers hold.
 fn listing(filter: &DeliveryFilter, keyset: Option<(&str, &Cursor)>, dir: &str, limit: i64) -> Sql {
     fn branch(sql: &mut Sql, filter: &DeliveryFilter, part: &str, keyset: Option<(&str, &Cursor)>, dir: &str, limit: i64) {
         sql.raw(&format!("SELECT {DELIVERY_COLS} FROM deliveries"));

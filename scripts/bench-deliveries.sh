@@ -16,9 +16,17 @@
 # Settings in the environment (SLUICE_DELIVERY_STEPS, …) reach every
 # instance; DELIVERY_LOAD_BATCH=N makes producers post N events a call;
 # SLUICE_BIN names the server binary (default: this checkout's release build).
-# Each case also prints where the cores went and the CPU time each event
-# cost PostgreSQL and the server (steadier than a rate on a busy machine),
-# and on PostgreSQL the transactions and WAL bytes per event.
+# BENCH_PIN_POSTGRES=1 gives the local PostgreSQL a core of its own, as on a
+# database host (needs root): PostgreSQL's processes on the last core, this
+# script and everything it starts (Sluice, the loader, pgbench) on the
+# others; undone at exit.
+# On PostgreSQL each case prints its rates against pgbench's, over the whole
+# run and over its last three quarters ("steady", once connections are open,
+# statements prepared and caches filled; use 120000 events or more, so that
+# the start-up is a small part of the run). Each case also prints where the
+# cores went and the CPU time each event cost PostgreSQL and the server
+# (steadier than a rate on a busy machine), and on PostgreSQL the
+# transactions and WAL bytes per event.
 # Targets (the delivery volume issue): pg deliveries/s >= 1.0 x pgbench -N tps,
 # intake at least the same; sqlite >= 1,000/s; two2 >= 1.6 x two1.
 set -euo pipefail
@@ -46,14 +54,25 @@ stop_instances() {
   while read -r p; do while kill -0 "$p" 2>/dev/null; do sleep 0.1; done; done < "$PIDFILE"
   : > "$PIDFILE"
 }
+PINNED=""
 cleanup() {
   stop_instances
+  if [ -n "$PINNED" ]; then for p in $PINNED; do taskset -a -cp "0-$(( CORES - 1 ))" "$p" > /dev/null 2>&1 || true; done; fi
   for d in "${DBS[@]}"; do psql "$PG" -qc "DROP DATABASE IF EXISTS $d WITH (FORCE)" >/dev/null 2>&1 || true; done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
+CORES="$(nproc)"
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $CORES cores"
+if [ "${BENCH_PIN_POSTGRES:-0}" = 1 ]; then
+  # The postmaster and its children (backends started later inherit it).
+  pm="$(head -1 "$(psql "$PG" -Atc 'SHOW data_directory')/postmaster.pid")"
+  PINNED="$pm $(pgrep -P "$pm" | tr '\n' ' ')"
+  for p in $PINNED; do taskset -a -cp "$(( CORES - 1 ))" "$p" > /dev/null; done
+  taskset -cp "0-$(( CORES - 2 ))" $$ > /dev/null
+  echo "PostgreSQL pinned to core $(( CORES - 1 )); server, loader and pgbench on cores 0-$(( CORES - 2 ))"
+fi
 
 # The reference: pgbench's simple-update transactions, 16 clients, on the
 # same server, in this run.
@@ -123,7 +142,17 @@ for case in $CASES; do
   printf '%-7s ' "$case"
   python3 scripts/bench/cpu-split.py snapshot "$WORK/cpu"
   [ -n "$db" ] && xacts_before="$(xacts "$name")" && wal_before="$(psql "$PG" -Atc "SELECT pg_current_wal_lsn()")"
-  "$BIN/examples/delivery_load" "$BASE" "$ADMIN" "$WORKER" "$merchants" "$EVENTS" "$PRODUCERS" "$delay"
+  result="$("$BIN/examples/delivery_load" "$BASE" "$ADMIN" "$WORKER" "$merchants" "$EVENTS" "$PRODUCERS" "$delay")"
+  echo "$result"
+  # Against the reference: the whole run, and its last three quarters.
+  if [ -n "$db" ]; then
+    printf '%-7s ' ""
+    echo "$result" | python3 -c 'import json, sys
+r, tps = json.load(sys.stdin), int(sys.argv[1])
+d, i, s = r["deliveries_per_s"], r["intake_per_s"], r["steady"]
+print("x pgbench: deliveries %.2f (steady %.2f), intake %.2f (steady %.2f)"
+      % (d / tps, (s["deliveries_per_s"] or 0) / tps, i / tps, (s["intake_per_s"] or 0) / tps))' "$TPS"
+  fi
   # WAL the whole cluster wrote while the loader ran (this case's database
   # is all that is busy then): what every commit has to flush.
   [ -n "$db" ] && wal_bytes="$(psql "$PG" -Atc "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$wal_before')")"

@@ -9,7 +9,9 @@
 //! it through the API, then `PRODUCERS` concurrent producers post `EVENTS`
 //! events (`POST /api/v1/events`, spread over the merchants) while Sluice
 //! delivers them. Waits until every event was received once, then prints
-//! one line of JSON: intake and delivery rates, how long an intake call took
+//! one line of JSON: intake and delivery rates, over the whole run and
+//! over its last three quarters (`steady`: the rate once the server's
+//! connections, statements and caches are warm), how long an intake call took
 //! as the producer saw it (`intake_call_ms`: p50, p90, p99), duplicates (same id twice,
 //! which at-least-once allows) and any refused intake. Exits non-zero when
 //! an intake call failed or not everything arrived within ten minutes.
@@ -109,11 +111,14 @@ async fn main() -> anyhow::Result<()> {
     // Events actually posted: `next` also counts the numbers producers drew
     // when they stopped.
     let posted = Arc::new(AtomicU64::new(0));
+    // Unix milliseconds at which each stored event's call returned.
+    let stored_at = Arc::new(Mutex::new(Vec::with_capacity(events as usize)));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..producers {
         let (client, base, worker, run) = (client.clone(), base.clone(), worker.clone(), run.clone());
         let (next, refused, posted, merchant_ids) = (next.clone(), refused.clone(), posted.clone(), merchant_ids.clone());
+        let stored_at = stored_at.clone();
         tasks.spawn(async move {
             let event = |n: u64| {
                 let merchant = &merchant_ids[n as usize % merchant_ids.len()];
@@ -146,6 +151,8 @@ async fn main() -> anyhow::Result<()> {
                     }
                 };
                 latencies.push(u64::try_from(call.elapsed().as_micros()).unwrap_or(u64::MAX));
+                let at = unix_ms();
+                stored_at.lock().unwrap_or_else(|p| p.into_inner()).extend((0..stored).map(|_| at));
                 refused.fetch_add(last - first - stored, Ordering::Relaxed);
                 if stored < last - first && stop_at.is_some() {
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -177,12 +184,15 @@ async fn main() -> anyhow::Result<()> {
     let delivered = unique();
     let deliver_s = last.duration_since(started).as_secs_f64();
     let total = received.total.load(Ordering::Relaxed);
+    let steady_intake = steady_rate(&stored_at.lock().unwrap_or_else(|p| p.into_inner()));
+    let steady_deliveries = steady_rate(&received.arrivals.lock().unwrap_or_else(|p| p.into_inner()));
     println!(
         "{}",
         json!({
             "merchants": merchants, "events": events, "producers": producers, "batch": batch, "receiver_delay_ms": delay.as_millis() as u64,
             "accepted": accepted, "refused": posted - accepted, "recovery": recovery(&received), "delivered_unique": delivered, "duplicates": total - delivered,
             "intake_per_s": (accepted as f64 / intake_s).round(), "deliveries_per_s": (delivered as f64 / deliver_s).round(),
+            "steady": {"intake_per_s": steady_intake, "deliveries_per_s": steady_deliveries},
             "intake_s": (intake_s * 10.0).round() / 10.0, "all_delivered_s": (deliver_s * 10.0).round() / 10.0,
             "intake_call_ms": {"p50": latency_ms(0.5), "p90": latency_ms(0.9), "p99": latency_ms(0.99)},
         })
@@ -190,6 +200,20 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(seconds.is_some() || accepted == events, "{} intake calls were refused", events - accepted);
     anyhow::ensure!(delivered == accepted, "only {delivered} of {accepted} events arrived within ten minutes");
     Ok(())
+}
+
+/// Items per second over the last three quarters of `times` (Unix ms, in
+/// any order): from the moment a quarter of them were in to the last one.
+/// The first quarter holds the start-up (connections opened, statements
+/// prepared and planned, caches filled); `null` when the window is empty.
+fn steady_rate(times: &[u64]) -> Value {
+    let mut t = times.to_vec();
+    t.sort_unstable();
+    let from = t.len() / 4;
+    match (t.get(from), t.last()) {
+        (Some(&a), Some(&b)) if b > a => json!((((t.len() - 1 - from) as f64) / ((b - a) as f64 / 1000.0)).round()),
+        _ => Value::Null,
+    }
 }
 
 /// Fault mode: the delivery rate before the fault and how long after the

@@ -75,13 +75,21 @@ if [ "${BENCH_PIN_POSTGRES:-0}" = 1 ]; then
 fi
 
 # The reference: pgbench's simple-update transactions, 16 clients, on the
-# same server, in this run.
+# same server, in this run. Measured again right before each case that is
+# compared with it: a machine whose speed drifts over minutes (a shared
+# host) moves both alike.
 PGB="sluice_bench_pgbench_$$"
 DBS+=("$PGB")
 psql "$PG" -qc "CREATE DATABASE $PGB"
 pgbench -q -i -s 10 "${PG%/*}/$PGB" > /dev/null 2>&1
-TPS="$(pgbench -N -c 16 -j 2 -T 15 "${PG%/*}/$PGB" 2>/dev/null | awk '/^tps = / { printf "%d", $3 }')"
-echo "reference: pgbench -N -c 16 -j 2 -T 15: $TPS tps"
+# The init's dirty pages written now, not during the first reference.
+psql "${PG%/*}/$PGB" -qc CHECKPOINT
+reference() {
+  TPS="$(pgbench -N -c 16 -j 2 -T 15 "${PG%/*}/$PGB" 2>/dev/null | awk '/^tps = / { printf "%d", $3 }')"
+  echo "reference: pgbench -N -c 16 -j 2 -T 15: $TPS tps"
+}
+reference
+FRESH=1
 
 # Transactions ended in database NAME so far (a statement outside a
 # transaction counts as one), as its backends have reported them.
@@ -127,6 +135,10 @@ for case in $CASES; do
     two2) delay=20 instances=2 steps=1 ;;
     *) echo "unknown case $case" >&2; exit 2 ;;
   esac
+  if [ "$case" != sqlite ] && [ "$delay" = 0 ]; then
+    [ "$FRESH" = 1 ] || reference
+    FRESH=0
+  fi
   if [ "$case" != sqlite ]; then
     name="sluice_bench_deliveries_$$_$case"
     DBS+=("$name")
@@ -167,6 +179,9 @@ print("x pgbench: deliveries %.2f (steady %.2f), intake %.2f (steady %.2f)"
     printf '%-7s PostgreSQL transactions per event: %s, WAL bytes per event: %s\n' "" \
       "$(awk -v a="$xacts_before" -v b="$(xacts "$name")" -v n="$EVENTS" 'BEGIN { printf "%.2f", (b - a) / n }')" \
       "$(awk -v w="$wal_bytes" -v n="$EVENTS" 'BEGIN { printf "%d", w / n }')"
+    # Done with it: its files go, and autovacuum does not work on them
+    # during the next case or reference.
+    psql "$PG" -qc "DROP DATABASE $name WITH (FORCE)"
   fi
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -72,6 +72,20 @@ impl DeliveryStore {
         now: Timestamp,
         claim: Option<ClaimAtIntake<'_>>,
     ) -> Result<(Vec<Result<Accepted, StoreError>>, Vec<DeliveryId>), StoreError> {
+        self.accept_events_on(None, events, now, claim).await
+    }
+
+    /// [`DeliveryStore::accept_events_claiming`]; on PostgreSQL through
+    /// `conn` when given (a connection the caller keeps between batches),
+    /// else through one from the pool. SQLite always takes a pooled
+    /// connection for its transaction.
+    pub(crate) async fn accept_events_on(
+        &self,
+        mut conn: Option<&mut AnyConnection>,
+        events: &[EventIn],
+        now: Timestamp,
+        claim: Option<ClaimAtIntake<'_>>,
+    ) -> Result<(Vec<Result<Accepted, StoreError>>, Vec<DeliveryId>), StoreError> {
         let mut claimed = Vec::new();
         let mut answers: Vec<Option<Result<Accepted, StoreError>>> = Vec::with_capacity(events.len());
         let mut ready = Vec::with_capacity(events.len());
@@ -97,7 +111,10 @@ impl DeliveryStore {
             // On PostgreSQL the batch is one statement (`insert_events_pg`),
             // so it commits on its own: no BEGIN and COMMIT round trips.
             let stored = match self.db().backend() {
-                Backend::Postgres => insert_events_pg(&mut *self.db().pool().acquire().await?, &ready, now, claim).await,
+                Backend::Postgres => match conn.as_deref_mut() {
+                    Some(conn) => insert_events_pg(conn, &ready, now, claim).await,
+                    None => insert_events_pg(&mut *self.db().pool().acquire().await?, &ready, now, claim).await,
+                },
                 Backend::Sqlite => {
                     let mut tx = self.db().pool().begin().await?;
                     let stored = insert_events_sqlite(&mut tx, &ready, now, claim).await;

@@ -18,7 +18,10 @@
 //! and their ids handed over in memory ([`super::handoff`]).
 
 use std::sync::Arc;
+use std::time::Instant;
 
+use sqlx::pool::PoolConnection;
+use sqlx::Any;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::batch::ClaimAtIntake;
@@ -27,6 +30,7 @@ use super::model::{Accepted, DeliveryId, EventIn};
 use super::store::{DeliveryStore, StoreError};
 use super::wake::Wake;
 use crate::clock::Timestamp;
+use crate::db::{Backend, PING_IDLE_AFTER};
 
 /// How many calls one transaction stores at most.
 pub const DEFAULT_MAX_BATCH: usize = 256;
@@ -92,12 +96,24 @@ impl Target {
     /// One transaction: the events, claimed where the hand-off has room;
     /// then the hand-off filled and the steps woken.
     async fn store_batch(&self, events: &[EventIn], now: Timestamp) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
+        self.store_batch_on(None, events, now).await
+    }
+
+    /// [`Target::store_batch`], on PostgreSQL through `held` when given.
+    async fn store_batch_on(&self, held: Option<&mut Held>, events: &[EventIn], now: Timestamp) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
         let reservation = self.handoff.as_ref().map(|h| h.reserve(events.len()));
         let claim = match (&self.handoff, &reservation) {
             (Some(h), Some(r)) if r.places() > 0 => Some(ClaimAtIntake { owner: h.owner(), until: now + h.lease(), places: r.places() }),
             _ => None,
         };
-        let (answers, claimed): (_, Vec<DeliveryId>) = self.store.accept_events_claiming(events, now, claim).await?;
+        let (answers, claimed): (_, Vec<DeliveryId>) = match held {
+            Some(held) => {
+                let stored = self.store.accept_events_on(Some(held.get(&self.store).await?), events, now, claim).await;
+                held.after(stored.is_ok());
+                stored?
+            }
+            None => self.store.accept_events_claiming(events, now, claim).await?,
+        };
         if let (Some(h), Some(r)) = (&self.handoff, reservation) {
             h.fill(r, claimed, now);
         }
@@ -108,38 +124,100 @@ impl Target {
     }
 }
 
+/// Intake's own connection on PostgreSQL, kept from one transaction to the
+/// next. A pooled connection is pinged by sqlx on its way back to the pool,
+/// a round trip and a database wake-up per transaction, and intake runs
+/// hundreds a second; each batch size's statement is also prepared and
+/// planned once per connection it runs on. Like a pooled connection
+/// (`crate::db`, `PING_IDLE_AFTER`), it is pinged before use once it sat
+/// idle, and after a failed transaction it goes back to the pool (which
+/// closes it if it is broken) and the next one takes a fresh one.
+#[derive(Default)]
+struct Held {
+    conn: Option<PoolConnection<Any>>,
+    used: Option<Instant>,
+}
+
+impl Held {
+    async fn get(&mut self, store: &DeliveryStore) -> Result<&mut sqlx::AnyConnection, StoreError> {
+        if self.used.is_some_and(|at| at.elapsed() >= PING_IDLE_AFTER) {
+            if let Some(conn) = self.conn.as_mut() {
+                if sqlx::Connection::ping(&mut **conn).await.is_err() {
+                    self.conn = None;
+                }
+            }
+        }
+        let conn = match self.conn.take() {
+            Some(conn) => conn,
+            None => store.db().pool().acquire().await?,
+        };
+        Ok(&mut **self.conn.insert(conn))
+    }
+
+    fn after(&mut self, ok: bool) {
+        if ok {
+            self.used = Some(Instant::now());
+        } else {
+            self.conn = None;
+        }
+    }
+}
+
 async fn collect(mut rx: mpsc::UnboundedReceiver<(EventIn, Timestamp, Reply)>, target: Target, max_batch: usize, max_in_flight: usize) {
+    if max_in_flight == 1 {
+        // One transaction at a time runs on this task, on PostgreSQL through
+        // a connection it keeps ([`Held`]): when it ends, the calls that
+        // arrived meanwhile go out at once, not after a wake-up of this
+        // task and of a spawned one.
+        let mut held = (target.store.db().backend() == Backend::Postgres).then(Held::default);
+        while let Some(first) = rx.recv().await {
+            let batch = gather(&mut rx, first, max_batch);
+            store(&target, held.as_mut(), batch).await;
+        }
+        return;
+    }
     let slots = Arc::new(Semaphore::new(max_in_flight));
     while let Some(first) = rx.recv().await {
         // Wait for a free transaction slot first: calls that arrive meanwhile
         // join this batch.
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
-        let mut batch = vec![first];
-        while batch.len() < max_batch {
-            match rx.try_recv() {
-                Ok(call) => batch.push(call),
-                Err(_) => break,
-            }
-        }
+        let batch = gather(&mut rx, first, max_batch);
         let target = target.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            // One `now` for the transaction: the latest any caller read.
-            let now = batch.iter().map(|(_, at, _)| *at).max().unwrap_or(Timestamp::from_millis(0));
-            let (events, replies): (Vec<EventIn>, Vec<Reply>) = batch.into_iter().map(|(e, _, r)| (e, r)).unzip();
-            match target.store_batch(&events, now).await {
-                Ok(answers) => {
-                    for (reply, answer) in replies.into_iter().zip(answers) {
-                        let _ = reply.send(answer);
-                    }
-                }
-                Err(e) => {
-                    let shared = Arc::new(e);
-                    for reply in replies {
-                        let _ = reply.send(Err(StoreError::Batch(shared.clone())));
-                    }
-                }
-            }
+            store(&target, None, batch).await;
         });
+    }
+}
+
+/// `first` and the calls waiting behind it, up to `max_batch`.
+fn gather(rx: &mut mpsc::UnboundedReceiver<(EventIn, Timestamp, Reply)>, first: (EventIn, Timestamp, Reply), max_batch: usize) -> Vec<(EventIn, Timestamp, Reply)> {
+    let mut batch = vec![first];
+    while batch.len() < max_batch {
+        match rx.try_recv() {
+            Ok(call) => batch.push(call),
+            Err(_) => break,
+        }
+    }
+    batch
+}
+
+/// Store one batch of calls in one transaction and answer each caller.
+async fn store(target: &Target, held: Option<&mut Held>, batch: Vec<(EventIn, Timestamp, Reply)>) {
+    // One `now` for the transaction: the latest any caller read.
+    let now = batch.iter().map(|(_, at, _)| *at).max().unwrap_or(Timestamp::from_millis(0));
+    let (events, replies): (Vec<EventIn>, Vec<Reply>) = batch.into_iter().map(|(e, _, r)| (e, r)).unzip();
+    match target.store_batch_on(held, &events, now).await {
+        Ok(answers) => {
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                let _ = reply.send(answer);
+            }
+        }
+        Err(e) => {
+            let shared = Arc::new(e);
+            for reply in replies {
+                let _ = reply.send(Err(StoreError::Batch(shared.clone())));
+            }
+        }
     }
 }

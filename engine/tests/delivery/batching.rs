@@ -21,7 +21,8 @@ contract!(
     a_batched_write_back_keeps_every_attempt_and_moves_only_rows_still_held,
     one_step_sends_and_writes_back_a_whole_batch,
     intake_wakes_an_idle_worker_at_once,
-    concurrent_intake_calls_each_get_their_own_answer
+    concurrent_intake_calls_each_get_their_own_answer,
+    intake_that_lost_its_connection_refuses_at_most_briefly_and_stores_again
 );
 
 fn delivered(h: &Harness, id: &DeliveryId) -> AttemptRecord {
@@ -128,13 +129,7 @@ async fn intake_wakes_an_idle_worker_at_once(db: TestDb) {
         }));
     }
     let intake = Intake::start(h.store.clone(), wake.clone(), 16, 2, None);
-    let event = |key: &str| EventIn {
-        merchant_id: h.merchant.id.clone(),
-        event_type: "order.created".into(),
-        status: None,
-        payload: serde_json::json!({"key": key}),
-        idempotency_key: key.into(),
-    };
+    let event = |key: &str| h.order(key);
     let patience = Duration::from_secs(30);
     parked.notified().await;
     let local = intake.accept(event("local"), clock.now()).await.expect("accept");
@@ -156,13 +151,7 @@ async fn intake_wakes_an_idle_worker_at_once(db: TestDb) {
 async fn concurrent_intake_calls_each_get_their_own_answer(db: TestDb) {
     let h = Harness::new(db, Reply::Status(200)).await;
     let intake = Intake::start(h.store.clone(), Wake::default(), 8, 2, None);
-    let event = |key: String| EventIn {
-        merchant_id: h.merchant.id.clone(),
-        event_type: "order.created".into(),
-        status: None,
-        payload: serde_json::json!({"key": key}),
-        idempotency_key: key,
-    };
+    let event = |key: String| h.order(&key);
     let unknown = EventIn { merchant_id: MerchantId::parse("mer_01hzzzzzzzzzzzzzzzzzzzzzzz").expect("id"), ..event("stranger".into()) };
     let mut calls: Vec<_> = (0..30).map(|i| intake.accept(event(format!("k{}", i % 10)), h.clock.now_ts())).collect();
     calls.push(intake.accept(unknown, h.clock.now_ts()));
@@ -175,4 +164,43 @@ async fn concurrent_intake_calls_each_get_their_own_answer(db: TestDb) {
     }
     let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM deliveries").fetch_one(h.db.pool()).await.expect("count");
     assert_eq!(stored, 10);
+}
+
+/// Intake with one transaction at a time keeps its connection between
+/// groups (PostgreSQL). When the database drops it (here: every connection
+/// of the test database terminated, as a restart would), a call is either
+/// stored or refused as "database unreachable", never anything else; a
+/// refused call stored nothing, and intake takes a fresh connection by
+/// itself and goes on storing. On SQLite the same calls are simply stored.
+async fn intake_that_lost_its_connection_refuses_at_most_briefly_and_stores_again(db: TestDb) {
+    let h = Harness::new(db, Reply::Status(200)).await;
+    let intake = Intake::start(h.store.clone(), Wake::default(), 8, 1, None);
+    let event = |key: &str| h.order(key);
+    let first = intake.accept(event("before"), h.clock.now_ts()).await.expect("stored before the fault");
+    assert!(!first.duplicate);
+    if h.db.backend() == Backend::Postgres {
+        let killed: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .fetch_all(h.db.pool())
+        .await
+        .expect("terminate");
+        assert!(killed.iter().any(|k| *k), "intake's connection was among those terminated");
+    }
+    let mut refused = 0;
+    let stored = loop {
+        match intake.accept(event("after"), h.clock.now_ts()).await {
+            Ok(a) => break a,
+            Err(e) => {
+                assert!(sluice_engine::db::is_unreachable(&e), "a refusal says the database is unreachable: {e:?}");
+                refused += 1;
+                assert!(refused < 20, "intake never recovered: {e:?}");
+            }
+        }
+    };
+    assert!(!stored.duplicate, "the refused calls stored nothing, so the first success stores the event");
+    let again = intake.accept(event("later"), h.clock.now_ts()).await.expect("the next call is stored at once");
+    assert!(!again.duplicate);
+    let keys: Vec<String> = sqlx::query_scalar("SELECT idempotency_key FROM events ORDER BY idempotency_key").fetch_all(h.db.pool()).await.expect("keys");
+    assert_eq!(keys, ["after", "before", "later"]);
 }

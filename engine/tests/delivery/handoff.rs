@@ -23,18 +23,8 @@ contract!(
 
 const LEASE: Duration = Duration::from_secs(60);
 
-fn event(h: &Harness, key: &str) -> EventIn {
-    EventIn {
-        merchant_id: h.merchant.id.clone(),
-        event_type: "order.created".into(),
-        status: None,
-        payload: serde_json::json!({"key": key}),
-        idempotency_key: key.into(),
-    }
-}
-
 async fn accept_all(h: &Harness, intake: &Intake, n: usize) -> Vec<DeliveryId> {
-    let calls = (0..n).map(|i| intake.accept(event(h, &format!("k{i}")), h.clock.now_ts()));
+    let calls = (0..n).map(|i| intake.accept(h.order(&format!("k{i}")), h.clock.now_ts()));
     futures::future::join_all(calls).await.into_iter().map(|a| a.expect("accepted").delivery_ids[0].clone()).collect()
 }
 

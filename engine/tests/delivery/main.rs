@@ -91,6 +91,17 @@ impl Harness {
         acc.delivery_ids.pop().expect("one delivery")
     }
 
+    /// An `order.created` event for the merchant, stored under `key`.
+    pub fn order(&self, key: &str) -> EventIn {
+        EventIn {
+            merchant_id: self.merchant.id.clone(),
+            event_type: "order.created".into(),
+            status: None,
+            payload: serde_json::json!({"key": key}),
+            idempotency_key: key.into(),
+        }
+    }
+
     pub async fn step(&self) -> StepReport {
         self.worker.run_once().await.expect("run_once")
     }

@@ -13,6 +13,10 @@
 //! idempotency holds within a batch too: the same key twice stores one event
 //! and the second caller gets the first one's ids with `duplicate: true`.
 //!
+//! With one transaction at a time (the default), the transactions run on the
+//! collector's own task and, on PostgreSQL, through one connection it keeps
+//! (`Held`).
+//!
 //! With a [`Handoff`] (an instance that also delivers), new deliveries are
 //! stored claimed for this instance's steps while the hand-off has room,
 //! and their ids handed over in memory ([`super::handoff`]).
@@ -47,12 +51,14 @@ pub const DEFAULT_MAX_BATCH: usize = 256;
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 1;
 
 type Reply = oneshot::Sender<Result<Accepted, StoreError>>;
+/// A queued call: its event, when it was made, and where its answer goes.
+type Call = (EventIn, Timestamp, Reply);
 
 /// The intake queue. Cheap to clone; the collector task ends when the last
 /// clone is dropped.
 #[derive(Debug, Clone)]
 pub struct Intake {
-    queue: mpsc::UnboundedSender<(EventIn, Timestamp, Reply)>,
+    queue: mpsc::UnboundedSender<Call>,
     target: Target,
 }
 
@@ -163,7 +169,7 @@ impl Held {
     }
 }
 
-async fn collect(mut rx: mpsc::UnboundedReceiver<(EventIn, Timestamp, Reply)>, target: Target, max_batch: usize, max_in_flight: usize) {
+async fn collect(mut rx: mpsc::UnboundedReceiver<Call>, target: Target, max_batch: usize, max_in_flight: usize) {
     if max_in_flight == 1 {
         // One transaction at a time runs on this task, on PostgreSQL through
         // a connection it keeps ([`Held`]): when it ends, the calls that
@@ -191,7 +197,7 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<(EventIn, Timestamp, Reply)>, t
 }
 
 /// `first` and the calls waiting behind it, up to `max_batch`.
-fn gather(rx: &mut mpsc::UnboundedReceiver<(EventIn, Timestamp, Reply)>, first: (EventIn, Timestamp, Reply), max_batch: usize) -> Vec<(EventIn, Timestamp, Reply)> {
+fn gather(rx: &mut mpsc::UnboundedReceiver<Call>, first: Call, max_batch: usize) -> Vec<Call> {
     let mut batch = vec![first];
     while batch.len() < max_batch {
         match rx.try_recv() {
@@ -203,7 +209,7 @@ fn gather(rx: &mut mpsc::UnboundedReceiver<(EventIn, Timestamp, Reply)>, first: 
 }
 
 /// Store one batch of calls in one transaction and answer each caller.
-async fn store(target: &Target, held: Option<&mut Held>, batch: Vec<(EventIn, Timestamp, Reply)>) {
+async fn store(target: &Target, held: Option<&mut Held>, batch: Vec<Call>) {
     // One `now` for the transaction: the latest any caller read.
     let now = batch.iter().map(|(_, at, _)| *at).max().unwrap_or(Timestamp::from_millis(0));
     let (events, replies): (Vec<EventIn>, Vec<Reply>) = batch.into_iter().map(|(e, _, r)| (e, r)).unzip();

@@ -149,6 +149,16 @@ pub const SQLITE_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// replaced before a statement fails on it.
 pub const PING_IDLE_AFTER: Duration = Duration::from_millis(50);
 
+/// Ping `conn` when it sat unused (`idle_for`) for [`PING_IDLE_AFTER`] or
+/// longer: the one rule for the pool's hand-out and for a connection a
+/// caller keeps itself (intake's).
+pub(crate) async fn ping_if_idle(conn: &mut sqlx::AnyConnection, idle_for: Duration) -> Result<(), sqlx::Error> {
+    if idle_for >= PING_IDLE_AFTER {
+        sqlx::Connection::ping(conn).await?;
+    }
+    Ok(())
+}
+
 /// A pooled connection to PostgreSQL or SQLite.
 #[derive(Clone)]
 pub struct Db {
@@ -180,9 +190,7 @@ impl Db {
             .test_before_acquire(false)
             .before_acquire(|conn, meta| {
                 Box::pin(async move {
-                    if meta.idle_for >= PING_IDLE_AFTER {
-                        sqlx::Connection::ping(conn).await?;
-                    }
+                    ping_if_idle(conn, meta.idle_for).await?;
                     Ok(true)
                 })
             });

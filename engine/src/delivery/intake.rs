@@ -34,7 +34,7 @@ use super::model::{Accepted, DeliveryId, EventIn};
 use super::store::{DeliveryStore, StoreError};
 use super::wake::Wake;
 use crate::clock::Timestamp;
-use crate::db::{Backend, PING_IDLE_AFTER};
+use crate::db::{ping_if_idle, Backend};
 
 /// How many calls one transaction stores at most.
 pub const DEFAULT_MAX_BATCH: usize = 256;
@@ -135,7 +135,7 @@ impl Target {
 /// a round trip and a database wake-up per transaction, and intake runs
 /// hundreds a second; each batch size's statement is also prepared and
 /// planned once per connection it runs on. Like a pooled connection
-/// (`crate::db`, `PING_IDLE_AFTER`), it is pinged before use once it sat
+/// (`crate::db::ping_if_idle`), it is pinged before use once it sat
 /// idle, and after a failed transaction it goes back to the pool (which
 /// closes it if it is broken) and the next one takes a fresh one.
 #[derive(Default)]
@@ -146,11 +146,9 @@ struct Held {
 
 impl Held {
     async fn get(&mut self, store: &DeliveryStore) -> Result<&mut sqlx::AnyConnection, StoreError> {
-        if self.used.is_some_and(|at| at.elapsed() >= PING_IDLE_AFTER) {
-            if let Some(conn) = self.conn.as_mut() {
-                if sqlx::Connection::ping(&mut **conn).await.is_err() {
-                    self.conn = None;
-                }
+        if let (Some(conn), Some(used)) = (self.conn.as_mut(), self.used) {
+            if ping_if_idle(conn, used.elapsed()).await.is_err() {
+                self.conn = None;
             }
         }
         let conn = match self.conn.take() {

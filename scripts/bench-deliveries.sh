@@ -20,7 +20,9 @@
 # database host (needs root): PostgreSQL's processes on the last core, this
 # script and everything it starts (Sluice, the loader, pgbench) on the
 # others; undone at exit.
-# On PostgreSQL each case prints its rates against pgbench's, over the whole
+# On PostgreSQL each case prints its rates against pgbench's (measured right
+# before and right after the case, and their drift: over 15 % is flagged
+# UNSTEADY, a machine whose speed moved under the case), over the whole
 # run and over its last three quarters ("steady", once connections are open,
 # statements prepared and caches filled; use 120000 events or more, so that
 # the start-up is a small part of the run). Each case also prints where the
@@ -75,9 +77,10 @@ if [ "${BENCH_PIN_POSTGRES:-0}" = 1 ]; then
 fi
 
 # The reference: pgbench's simple-update transactions, 16 clients, on the
-# same server, in this run. Measured again right before each case that is
-# compared with it: a machine whose speed drifts over minutes (a shared
-# host) moves both alike.
+# same server, in this run. Measured right before and right after each case
+# that is compared with it (one measurement serves as one case's after and
+# the next one's before): a machine whose speed drifts over minutes (a
+# shared host) moves both alike, and a drift inside a case shows.
 PGB="sluice_bench_pgbench_$$"
 DBS+=("$PGB")
 psql "$PG" -qc "CREATE DATABASE $PGB"
@@ -86,7 +89,7 @@ pgbench -q -i -s 10 "${PG%/*}/$PGB" > /dev/null 2>&1
 psql "${PG%/*}/$PGB" -qc CHECKPOINT
 reference() {
   TPS="$(pgbench -N -c 16 -j 2 -T 15 "${PG%/*}/$PGB" 2>/dev/null | awk '/^tps = / { printf "%d", $3 }')"
-  echo "reference: pgbench -N -c 16 -j 2 -T 15: $TPS tps"
+  echo "reference${1:-}: pgbench -N -c 16 -j 2 -T 15: $TPS tps"
 }
 reference
 FRESH=1
@@ -140,8 +143,8 @@ for case in $CASES; do
   if [ "$case" != sqlite ] && [ "$delay" = 0 ]; then
     compared=1
     [ "$FRESH" = 1 ] || reference
-    FRESH=0
   fi
+  FRESH=0
   if [ "$case" != sqlite ]; then
     name="sluice_bench_deliveries_$$_$case"
     DBS+=("$name")
@@ -159,15 +162,6 @@ for case in $CASES; do
   [ -n "$db" ] && xacts_before="$(xacts "$name")" && wal_before="$(psql "$PG" -Atc "SELECT pg_current_wal_lsn()")"
   result="$("$BIN/examples/delivery_load" "$BASE" "$ADMIN" "$WORKER" "$merchants" "$EVENTS" "$PRODUCERS" "$delay")"
   echo "$result"
-  # Against the reference: the whole run, and its last three quarters.
-  if [ "$compared" = 1 ]; then
-    printf '%-7s ' ""
-    echo "$result" | python3 -c 'import json, sys
-r, tps = json.load(sys.stdin), int(sys.argv[1])
-d, i, s = r["deliveries_per_s"], r["intake_per_s"], r["steady"]
-print("x pgbench: deliveries %.2f (steady %.2f), intake %.2f (steady %.2f)"
-      % (d / tps, (s["deliveries_per_s"] or 0) / tps, i / tps, (s["intake_per_s"] or 0) / tps))' "$TPS"
-  fi
   # WAL the whole cluster wrote while the loader ran (this case's database
   # is all that is busy then): what every commit has to flush.
   [ -n "$db" ] && wal_bytes="$(psql "$PG" -Atc "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$wal_before')")"
@@ -184,6 +178,25 @@ print("x pgbench: deliveries %.2f (steady %.2f), intake %.2f (steady %.2f)"
     # Done with it: its files go, and autovacuum does not work on them
     # during the next case or reference.
     psql "$PG" -qc "DROP DATABASE $name WITH (FORCE)"
+  fi
+  # Against the reference, measured again right after the case (and kept
+  # for the next one): the whole run and its last three quarters, against
+  # the mean of the two measurements. When they differ by more than 15 %,
+  # the machine's speed moved during the case and the ratio says little.
+  if [ "$compared" = 1 ]; then
+    before="$TPS"
+    printf '%-7s ' ""
+    reference " after"
+    FRESH=1
+    printf '%-7s ' ""
+    echo "$result" | python3 -c 'import json, sys
+r, before, after = json.load(sys.stdin), int(sys.argv[1]), int(sys.argv[2])
+tps = (before + after) / 2
+d, i, s = r["deliveries_per_s"], r["intake_per_s"], r["steady"]
+drift = abs(after - before) / max(before, after)
+print("x pgbench (mean %d tps, drift %d%%%s): deliveries %.2f (steady %.2f), intake %.2f (steady %.2f)"
+      % (tps, round(drift * 100), ", UNSTEADY: compare again" if drift > 0.15 else "",
+         d / tps, (s["deliveries_per_s"] or 0) / tps, i / tps, (s["intake_per_s"] or 0) / tps))' "$before" "$TPS"
   fi
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -104,6 +104,17 @@ impl DeliveryStore {
     /// Two statements rather than one with `OR`, so each walks its own
     /// partial index in order and stops at `limit` — no sort of a backlog.
     pub async fn claim(&self, owner: &str, now: Timestamp, lease: Duration, limit: u32) -> Result<Vec<DeliveryId>, StoreError> {
+        self.claim_taking_back(owner, now, lease, limit, true).await
+    }
+
+    /// [`DeliveryStore::claim`]; DELIVERING rows are taken back only when
+    /// `take_back`. That statement walks the partial index of rows in
+    /// flight, and on PostgreSQL each row that left DELIVERING leaves an
+    /// entry there until the table is vacuumed, so its cost grows with the
+    /// deliveries finished since: a step loop runs it now and then, not at
+    /// every claim (`Worker`, docs/decisions.md "Taking back expired
+    /// claims now and then").
+    pub(crate) async fn claim_taking_back(&self, owner: &str, now: Timestamp, lease: Duration, limit: u32, take_back: bool) -> Result<Vec<DeliveryId>, StoreError> {
         let lock = match self.db.backend() {
             Backend::Postgres => " FOR UPDATE SKIP LOCKED",
             Backend::Sqlite => "",
@@ -116,7 +127,10 @@ impl DeliveryStore {
         // database gone, left them). Other owners' claims are due when their
         // lease runs out.
         let reclaim = "status = 'DELIVERING' AND (lease_until <= $3 OR lease_owner = $1)";
-        for (due, order) in [(reclaim, "lease_until"), ("status = 'PENDING' AND next_attempt_at <= $3", "next_attempt_at")] {
+        for (due, order, wanted) in [(reclaim, "lease_until", take_back), ("status = 'PENDING' AND next_attempt_at <= $3", "next_attempt_at", true)] {
+            if !wanted {
+                continue;
+            }
             let left = i64::from(limit) - out.len() as i64;
             if left <= 0 {
                 break;

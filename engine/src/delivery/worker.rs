@@ -196,6 +196,9 @@ pub struct Worker {
     handoff: Option<Handoff>,
     /// When this step loop last claimed from the database (Unix ms).
     last_claim: Arc<AtomicI64>,
+    /// When it last took back expired claims (Unix ms; `i64::MIN`: owed at
+    /// the next claim, as at start and after a failed step).
+    last_take_back: Arc<AtomicI64>,
 }
 
 impl Worker {
@@ -209,7 +212,16 @@ impl Worker {
             .dns_resolver(Arc::new(GuardedResolver::new(Arc::new(config.ssrf.clone()))))
             .build()
             .map_err(WorkerError::Client)?;
-        Ok(Worker { store, clock, client, config: Arc::new(config), wake: None, handoff: None, last_claim: Arc::default() })
+        Ok(Worker {
+            store,
+            clock,
+            client,
+            config: Arc::new(config),
+            wake: None,
+            handoff: None,
+            last_claim: Arc::default(),
+            last_take_back: Arc::new(AtomicI64::new(i64::MIN)),
+        })
     }
 
     pub fn config(&self) -> &WorkerConfig {
@@ -221,7 +233,7 @@ impl Worker {
     /// store, clock and wake, and differs only in its lease owner name.
     pub fn sibling(&self, instance_id: String) -> Worker {
         let config = WorkerConfig { instance_id, ..(*self.config).clone() };
-        Worker { config: Arc::new(config), last_claim: Arc::default(), ..self.clone() }
+        Worker { config: Arc::new(config), last_claim: Arc::default(), last_take_back: Arc::new(AtomicI64::new(i64::MIN)), ..self.clone() }
     }
 
     /// Take deliveries that this instance's intake stored claimed
@@ -273,6 +285,10 @@ impl Worker {
             }
         };
         let result = self.step(now, &handed, claim).await;
+        if result.is_err() {
+            // What it claimed itself is taken back by its next claim.
+            self.last_take_back.store(i64::MIN, Ordering::Relaxed);
+        }
         if result.is_err() && !handed.is_empty() {
             if let Some(h) = &self.handoff {
                 h.put_back(handed);
@@ -287,7 +303,17 @@ impl Worker {
         if claim {
             self.last_claim.store(now.as_millis(), Ordering::Relaxed);
             let left = (self.config.batch_size as usize).saturating_sub(ids.len());
-            ids.extend(self.store.claim(owner, now, self.config.lease, u32::try_from(left).unwrap_or(u32::MAX)).await?);
+            // Expired claims are taken back at the first claim, after a
+            // failed step, and then every tenth of a lease: a dead
+            // instance's deliveries wait at most that much longer than
+            // their lease (see `DeliveryStore::claim_taking_back`).
+            let every = i64::try_from(self.config.lease.as_millis() / 10).unwrap_or(i64::MAX);
+            let take_back = now.as_millis().saturating_sub(self.last_take_back.load(Ordering::Relaxed)) >= every;
+            if take_back {
+                self.last_take_back.store(now.as_millis(), Ordering::Relaxed);
+            }
+            let left = u32::try_from(left).unwrap_or(u32::MAX);
+            ids.extend(self.store.claim_taking_back(owner, now, self.config.lease, left, take_back).await?);
         }
         let mut report = StepReport { claimed: ids.len(), ..StepReport::default() };
         // A handed-over row is ours while it is still DELIVERING under the

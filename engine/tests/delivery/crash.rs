@@ -17,7 +17,8 @@ const CHILD_DB_ENV: &str = "SLUICE_TEST_CHILD_DB_URL";
 
 contract!(
     two_workers_on_one_database_never_send_the_same_delivery_at_once,
-    a_worker_takes_back_its_own_claims_at_once_and_others_wait_for_the_lease
+    a_worker_takes_back_its_own_claims_at_once_and_others_wait_for_the_lease,
+    the_step_after_a_failed_one_takes_its_claims_back_at_once
 );
 
 /// A step that failed half way (the database went away between the claim
@@ -37,6 +38,26 @@ async fn a_worker_takes_back_its_own_claims_at_once_and_others_wait_for_the_leas
     let report = h.step().await;
     assert_eq!((report.claimed, report.delivered), (1, 1), "w1 takes its own claim back at once");
     assert_eq!(h.receiver.received().len(), 1);
+    assert_eq!(h.delivery(&id).await.status, DeliveryStatus::Delivered);
+}
+
+/// The same when the failure is the worker's own step: a step loop looks
+/// for expired claims only every tenth of a lease, but the step after a
+/// failed one looks at once, although the clock has not moved.
+async fn the_step_after_a_failed_one_takes_its_claims_back_at_once(db: TestDb) {
+    let h = Harness::new(db, Reply::Status(200)).await;
+    assert_eq!(h.step().await.claimed, 0, "nothing yet; expired claims looked for just now");
+    let id = h.event("order.created", "created").await;
+    // The write-back fails: the attempts table is away.
+    sqlx::query("ALTER TABLE attempts RENAME TO attempts_away").execute(h.db.pool()).await.expect("rename");
+    assert!(h.worker.run_once().await.is_err(), "the write-back failed");
+    sqlx::query("ALTER TABLE attempts_away RENAME TO attempts").execute(h.db.pool()).await.expect("rename back");
+    let d = h.delivery(&id).await;
+    assert_eq!((d.status, d.lease_owner.as_deref()), (DeliveryStatus::Delivering, Some(h.worker.config().instance_id.as_str())));
+
+    let report = h.step().await;
+    assert_eq!((report.claimed, report.delivered), (1, 1), "taken back at once");
+    assert_eq!(h.receiver.received().len(), 2, "sent again, with the same id");
     assert_eq!(h.delivery(&id).await.status, DeliveryStatus::Delivered);
 }
 
@@ -112,9 +133,14 @@ async fn a_worker_killed_mid_send_loses_nothing_and_the_redelivery_carries_the_s
     // Before the lease runs out nobody else may take it.
     h.clock.set(lease_until - Duration::from_secs(1));
     assert_eq!(h.step().await.claimed, 0);
-    // After it, another worker sends it again, with the same id.
+    // Right after it, a step loop that took back expired claims a moment
+    // ago does not look again yet: it does so every tenth of a lease.
     h.receiver.set(Reply::Status(200));
-    h.clock.set(lease_until.max(SystemClock.now()) + Duration::from_secs(1));
+    let after = lease_until.max(SystemClock.now()) + Duration::from_secs(1);
+    h.clock.set(after);
+    assert_eq!(h.step().await.claimed, 0);
+    // A tenth of a lease later, it sends it again, with the same id.
+    h.clock.set(after + WorkerConfig::default().lease / 10);
     assert_eq!(h.step().await.delivered, 1);
     let got = h.receiver.received();
     assert_eq!(got.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [id.as_str(), id.as_str()]);

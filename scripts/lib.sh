@@ -193,6 +193,21 @@ ensure_chromium() {
   [ -x /usr/bin/chromium ] || apt_install chromium
 }
 
+# The server binary a benchmark measures: $SLUICE_BIN when set (another
+# build, to compare two in one session), else this checkout's build for
+# PROFILE (release, the default, or debug), built now. Prints its path.
+bench_server_bin() {
+  if [ -n "${SLUICE_BIN:-}" ]; then
+    echo "$SLUICE_BIN"
+  elif [ "${1:-release}" = release ]; then
+    cargo build -q -p sluice --release --locked >&2 || return 1
+    echo "$CARGO_TARGET_DIR/release/sluice"
+  else
+    cargo build -q -p sluice --locked >&2 || return 1
+    echo "$CARGO_TARGET_DIR/debug/sluice"
+  fi
+}
+
 # A free TCP port on loopback.
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'

@@ -25,12 +25,7 @@ PG="${SLUICE_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 REDIS="${SLUICE_TEST_REDIS_URL:-redis://127.0.0.1:6379}"
 DB="sluice_bench_idle_claims_$$"
 DB_URL="${PG%/*}/${DB}"
-if [ -n "${SLUICE_BIN:-}" ]; then
-  BIN="$SLUICE_BIN"
-else
-  cargo build -q -p sluice --release --locked
-  BIN="$CARGO_TARGET_DIR/release/sluice"
-fi
+BIN="$(bench_server_bin)"
 DATA="$(mktemp -d)"
 SERVER_PID=""
 cleanup() {

@@ -26,12 +26,7 @@ DB_URL="${PG%/*}/${DB}"
 PREFIX="sluice_bench_pages_$$"
 # SLUICE_BIN=/path/to/sluice measures another build of the server (to
 # compare two builds in one session).
-if [ -n "${SLUICE_BIN:-}" ]; then
-  BIN="$SLUICE_BIN"
-else
-  if [ "$PROFILE" = release ]; then cargo build -q -p sluice --release --locked; else cargo build -q -p sluice --locked; fi
-  BIN="$CARGO_TARGET_DIR/$([ "$PROFILE" = release ] && echo release || echo debug)/sluice"
-fi
+BIN="$(bench_server_bin "$PROFILE")"
 [ -f "$SITE_DIR/hash.txt" ] || build_site
 PORT="$(free_port)"
 BASE="http://127.0.0.1:${PORT}"

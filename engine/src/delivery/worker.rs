@@ -196,10 +196,14 @@ pub struct Worker {
     handoff: Option<Handoff>,
     /// When this step loop last claimed from the database (Unix ms).
     last_claim: Arc<AtomicI64>,
-    /// When it last took back expired claims (Unix ms; `i64::MIN`: owed at
-    /// the next claim, as at start and after a failed step).
+    /// When it last took back expired claims (Unix ms), or
+    /// [`TAKE_BACK_OWED`].
     last_take_back: Arc<AtomicI64>,
 }
+
+/// `Worker::last_take_back` when the next claim takes back expired claims
+/// whatever the time: at start and after a failed step.
+const TAKE_BACK_OWED: i64 = i64::MIN;
 
 impl Worker {
     pub fn new(store: DeliveryStore, clock: SharedClock, config: WorkerConfig) -> Result<Worker, WorkerError> {
@@ -220,7 +224,7 @@ impl Worker {
             wake: None,
             handoff: None,
             last_claim: Arc::default(),
-            last_take_back: Arc::new(AtomicI64::new(i64::MIN)),
+            last_take_back: Arc::new(AtomicI64::new(TAKE_BACK_OWED)),
         })
     }
 
@@ -233,7 +237,7 @@ impl Worker {
     /// store, clock and wake, and differs only in its lease owner name.
     pub fn sibling(&self, instance_id: String) -> Worker {
         let config = WorkerConfig { instance_id, ..(*self.config).clone() };
-        Worker { config: Arc::new(config), last_claim: Arc::default(), last_take_back: Arc::new(AtomicI64::new(i64::MIN)), ..self.clone() }
+        Worker { config: Arc::new(config), last_claim: Arc::default(), last_take_back: Arc::new(AtomicI64::new(TAKE_BACK_OWED)), ..self.clone() }
     }
 
     /// Take deliveries that this instance's intake stored claimed
@@ -287,7 +291,7 @@ impl Worker {
         let result = self.step(now, &handed, claim).await;
         if result.is_err() {
             // What it claimed itself is taken back by its next claim.
-            self.last_take_back.store(i64::MIN, Ordering::Relaxed);
+            self.last_take_back.store(TAKE_BACK_OWED, Ordering::Relaxed);
         }
         if result.is_err() && !handed.is_empty() {
             if let Some(h) = &self.handoff {

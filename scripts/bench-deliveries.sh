@@ -16,6 +16,9 @@
 # Settings in the environment (SLUICE_DELIVERY_STEPS, …) reach every
 # instance; DELIVERY_LOAD_BATCH=N makes producers post N events a call;
 # SLUICE_BIN names the server binary (default: this checkout's release build).
+# BENCH_AFTER_MIGRATE_SQL=FILE runs FILE on each PostgreSQL case's database
+# after `sluice migrate` (to measure a schema change, such as an index
+# dropped or made partial, before writing it as a migration).
 # BENCH_PIN_POSTGRES=1 gives the local PostgreSQL a core of its own, as on a
 # database host (needs root): PostgreSQL's processes on the last core, this
 # script and everything it starts (Sluice, the loader, pgbench) on the
@@ -153,6 +156,7 @@ for case in $CASES; do
     redis="$REDIS"
   fi
   (sluice_in "$case-1" "$SERVER" migrate > /dev/null)
+  if [ -n "${BENCH_AFTER_MIGRATE_SQL:-}" ] && [ -n "$db" ]; then psql "$db" -qv ON_ERROR_STOP=1 -f "$BENCH_AFTER_MIGRATE_SQL"; fi
   ADMIN="$(sluice_in "$case-1" "$SERVER" token add --name bench-admin --scope admin 2>/dev/null)"
   WORKER="$(sluice_in "$case-1" "$SERVER" token add --name bench-worker --scope worker 2>/dev/null)"
   BASE="$(start_instance "$case-1")"

@@ -101,11 +101,8 @@ impl DeliveryStore {
     /// first DELIVERING ones whose lease ran out (their worker died
     /// mid-send) or that `owner` itself holds (its last step failed half
     /// way, e.g. while the database restarted), then PENDING ones whose time has come, longest-due first.
-    /// Two statements rather than one with `OR`, so that the PENDING claim
-    /// walks its own partial index in order and stops at `limit`: no sort of
-    /// a backlog. The take-back reads every row in flight (through
-    /// `deliveries_in_flight`) and sorts those, a number bounded by what the
-    /// instances hold.
+    /// Two statements rather than one with `OR`, so each walks its own
+    /// partial index in order and stops at `limit` — no sort of a backlog.
     pub async fn claim(&self, owner: &str, now: Timestamp, lease: Duration, limit: u32) -> Result<Vec<DeliveryId>, StoreError> {
         self.claim_taking_back(owner, now, lease, limit, true).await
     }

@@ -194,16 +194,30 @@ pub struct Worker {
     config: Arc<WorkerConfig>,
     wake: Option<Wake>,
     handoff: Option<Handoff>,
-    /// When this step loop last claimed from the database (Unix ms).
-    last_claim: Arc<AtomicI64>,
-    /// When it last took back expired claims (Unix ms), or
-    /// [`TAKE_BACK_OWED`].
-    last_take_back: Arc<AtomicI64>,
+    /// This step loop's own, fresh for each loop ([`Worker::sibling`]).
+    looked: Arc<Looked>,
 }
 
-/// `Worker::last_take_back` when the next claim takes back expired claims
+/// When one step loop last looked in the database. A new loop starts with
+/// [`Looked::default`]: no claim yet, and expired claims owed a look.
+#[derive(Debug)]
+struct Looked {
+    /// When it last claimed (Unix ms).
+    claim: AtomicI64,
+    /// When it last took back expired claims (Unix ms), or
+    /// [`TAKE_BACK_OWED`].
+    take_back: AtomicI64,
+}
+
+/// `Looked::take_back` when the next claim takes back expired claims
 /// whatever the time: at start and after a failed step.
 const TAKE_BACK_OWED: i64 = i64::MIN;
+
+impl Default for Looked {
+    fn default() -> Looked {
+        Looked { claim: AtomicI64::new(0), take_back: AtomicI64::new(TAKE_BACK_OWED) }
+    }
+}
 
 impl Worker {
     pub fn new(store: DeliveryStore, clock: SharedClock, config: WorkerConfig) -> Result<Worker, WorkerError> {
@@ -223,8 +237,7 @@ impl Worker {
             config: Arc::new(config),
             wake: None,
             handoff: None,
-            last_claim: Arc::default(),
-            last_take_back: Arc::new(AtomicI64::new(TAKE_BACK_OWED)),
+            looked: Arc::default(),
         })
     }
 
@@ -237,7 +250,7 @@ impl Worker {
     /// store, clock and wake, and differs only in its lease owner name.
     pub fn sibling(&self, instance_id: String) -> Worker {
         let config = WorkerConfig { instance_id, ..(*self.config).clone() };
-        Worker { config: Arc::new(config), last_claim: Arc::default(), last_take_back: Arc::new(AtomicI64::new(TAKE_BACK_OWED)), ..self.clone() }
+        Worker { config: Arc::new(config), looked: Arc::default(), ..self.clone() }
     }
 
     /// Take deliveries that this instance's intake stored claimed
@@ -282,7 +295,7 @@ impl Worker {
             None => (Vec::new(), true),
             Some(h) => {
                 let idle_poll = i64::try_from(self.config.idle_poll.as_millis()).unwrap_or(i64::MAX);
-                let claim_due = now.as_millis().saturating_sub(self.last_claim.load(Ordering::Relaxed)) >= idle_poll;
+                let claim_due = now.as_millis().saturating_sub(self.looked.claim.load(Ordering::Relaxed)) >= idle_poll;
                 let handed = h.take(if claim_due { (batch / 2).max(1) } else { batch }, now);
                 let claim = claim_due || handed.is_empty();
                 (handed, claim)
@@ -291,7 +304,7 @@ impl Worker {
         let result = self.step(now, &handed, claim).await;
         if result.is_err() {
             // What it claimed itself is taken back by its next claim.
-            self.last_take_back.store(TAKE_BACK_OWED, Ordering::Relaxed);
+            self.looked.take_back.store(TAKE_BACK_OWED, Ordering::Relaxed);
         }
         if result.is_err() && !handed.is_empty() {
             if let Some(h) = &self.handoff {
@@ -305,16 +318,16 @@ impl Worker {
         let owner = self.config.instance_id.as_str();
         let mut ids: Vec<DeliveryId> = handed.iter().map(|h| h.id.clone()).collect();
         if claim {
-            self.last_claim.store(now.as_millis(), Ordering::Relaxed);
+            self.looked.claim.store(now.as_millis(), Ordering::Relaxed);
             let left = (self.config.batch_size as usize).saturating_sub(ids.len());
             // Expired claims are taken back at the first claim, after a
             // failed step, and then every tenth of a lease: a dead
             // instance's deliveries wait at most that much longer than
             // their lease (see `DeliveryStore::claim_taking_back`).
             let every = i64::try_from(self.config.lease.as_millis() / 10).unwrap_or(i64::MAX);
-            let take_back = now.as_millis().saturating_sub(self.last_take_back.load(Ordering::Relaxed)) >= every;
+            let take_back = now.as_millis().saturating_sub(self.looked.take_back.load(Ordering::Relaxed)) >= every;
             if take_back {
-                self.last_take_back.store(now.as_millis(), Ordering::Relaxed);
+                self.looked.take_back.store(now.as_millis(), Ordering::Relaxed);
             }
             let left = u32::try_from(left).unwrap_or(u32::MAX);
             ids.extend(self.store.claim_taking_back(owner, now, self.config.lease, left, take_back).await?);

@@ -104,51 +104,34 @@ impl DeliveryStore {
         ready.sort_by(|(_, a), (_, b)| {
             (a.input.merchant_id.as_str(), &a.input.idempotency_key).cmp(&(b.input.merchant_id.as_str(), &b.input.idempotency_key))
         });
-        loop {
-            if ready.is_empty() {
-                break;
-            }
+        if !ready.is_empty() {
             // On PostgreSQL the batch is one statement (`insert_events_pg`),
             // so it commits on its own: no BEGIN and COMMIT round trips.
-            let stored = match self.db().backend() {
+            let (found, stored_claimed) = match self.db().backend() {
                 Backend::Postgres => match conn.as_deref_mut() {
-                    Some(conn) => insert_events_pg(conn, &ready, now, claim).await,
-                    None => insert_events_pg(&mut *self.db().pool().acquire().await?, &ready, now, claim).await,
+                    Some(conn) => insert_events_pg(conn, &ready, now, claim).await?,
+                    None => insert_events_pg(&mut *self.db().pool().acquire().await?, &ready, now, claim).await?,
                 },
                 Backend::Sqlite => {
                     let mut tx = self.db().pool().begin().await?;
-                    let stored = insert_events_sqlite(&mut tx, &ready, now, claim).await;
-                    if stored.is_ok() {
-                        tx.commit().await?;
-                    }
+                    let stored = insert_events_sqlite(&mut tx, &ready, now, claim).await?;
+                    tx.commit().await?;
                     stored
                 }
             };
-            match stored {
-                Ok((found, stored_claimed)) => {
-                    claimed = stored_claimed;
-                    for ((i, _), answer) in ready.iter().zip(found) {
-                        answers[*i] = Some(Ok(answer));
-                    }
-                    break;
-                }
-                Err(StoreError::Db(sqlx::Error::Database(db))) if db.is_foreign_key_violation() => {
-                    // Some merchant does not exist: refuse its events, store the rest.
-                    let known = self.known_merchants(ready.iter().map(|(_, p)| &p.input.merchant_id)).await?;
-                    let before = ready.len();
-                    ready.retain(|(i, p)| {
-                        let ok = known.contains_key(p.input.merchant_id.as_str());
-                        if !ok {
-                            answers[*i] = Some(Err(StoreError::UnknownMerchant(p.input.merchant_id.clone())));
-                        }
-                        ok
-                    });
-                    if ready.len() == before {
-                        // Not ours to explain (a merchant deleted meanwhile?): say so.
-                        return Err(StoreError::Db(sqlx::Error::Database(db)));
-                    }
-                }
-                Err(e) => return Err(e),
+            claimed = stored_claimed;
+            // Neither stored nor stored before: the statements store only
+            // events whose merchant exists, so the merchant is unknown.
+            let unanswered = ready.iter().zip(&found).filter(|(_, a)| a.is_none()).map(|((_, p), _)| &p.input.merchant_id);
+            let known = if found.iter().any(Option::is_none) { self.known_merchants(unanswered).await? } else { HashMap::new() };
+            for ((i, p), answer) in ready.iter().zip(found) {
+                answers[*i] = Some(match answer {
+                    Some(accepted) => Ok(accepted),
+                    None if !known.contains_key(p.input.merchant_id.as_str()) => Err(StoreError::UnknownMerchant(p.input.merchant_id.clone())),
+                    // Its merchant exists, yet it was neither stored nor
+                    // found stored: not ours to explain (SQL run by hand?).
+                    None => Err(StoreError::Db(sqlx::Error::RowNotFound)),
+                });
             }
         }
         // Every event was answered above: stored, refused, or the batch failed.
@@ -328,30 +311,33 @@ fn prepare(e: &EventIn) -> Result<Prepared<'_>, StoreError> {
 /// deliveries for the new ones (PostgreSQL: [`insert_events_pg`]). Write
 /// first, read after: a transaction that reads and then writes can fail
 /// outright (SQLITE_BUSY on upgrade) when another connection wrote in
-/// between; the foreign key checks the merchant.
+/// between. Only events whose merchant exists are stored, as on PostgreSQL.
 async fn insert_events_sqlite(
     conn: &mut AnyConnection,
     ready: &[(usize, Prepared<'_>)],
     now: Timestamp,
     claim: Option<ClaimAtIntake<'_>>,
-) -> Result<(Vec<Accepted>, Vec<DeliveryId>), StoreError> {
-    const EVENT_COLS: usize = 8;
+) -> Result<(Vec<Option<Accepted>>, Vec<DeliveryId>), StoreError> {
+    const COLS: usize = 8;
     let sql = format!(
-        "INSERT INTO events (id, merchant_id, event_type, status, is_money, payload, idempotency_key, created_at) \
-         VALUES {} ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING id",
-        value_rows(ready.len(), EVENT_COLS, 1)
+        "WITH v (ord, id, merchant_id, event_type, status, is_money, payload, idempotency_key) AS (VALUES {}) \
+         INSERT INTO events (id, merchant_id, event_type, status, is_money, payload, idempotency_key, created_at) \
+         SELECT id, merchant_id, event_type, status, is_money, payload, idempotency_key, $1 FROM v \
+         WHERE EXISTS (SELECT 1 FROM merchants m WHERE m.id = v.merchant_id) ORDER BY ord \
+         ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING id",
+        value_rows(ready.len(), COLS, 2)
     );
-    let mut q = sqlx::query(&sql);
-    for (_, p) in ready {
+    let mut q = sqlx::query(&sql).bind(now.as_millis());
+    for (i, (_, p)) in ready.iter().enumerate() {
         q = q
+            .bind(i as i64)
             .bind(p.event_id.as_str())
             .bind(p.input.merchant_id.as_str())
             .bind(&p.input.event_type)
             .bind(p.status.as_deref())
             .bind(p.money)
             .bind(&p.payload)
-            .bind(&p.input.idempotency_key)
-            .bind(now.as_millis());
+            .bind(&p.input.idempotency_key);
     }
     let inserted: HashSet<String> =
         q.fetch_all(&mut *conn).await?.iter().map(|r| r.try_get::<String, _>("id")).collect::<Result<_, _>>()?;
@@ -387,12 +373,13 @@ async fn insert_events_sqlite(
 
 /// The answers of a stored batch, given the ids of the events it
 /// inserted: events already stored (by an earlier call, or earlier in this
-/// batch) are looked up and answered with the first call's ids.
+/// batch) are looked up and answered with the first call's ids; an event
+/// neither inserted nor stored before (its merchant is unknown) has none.
 async fn answer_duplicates(
     conn: &mut AnyConnection,
     ready: &[(usize, Prepared<'_>)],
     inserted: &HashSet<String>,
-) -> Result<Vec<Accepted>, StoreError> {
+) -> Result<Vec<Option<Accepted>>, StoreError> {
     // Events already stored (by an earlier call, or earlier in this batch):
     // the first call's ids.
     let dups: Vec<&Prepared> = ready.iter().map(|(_, p)| p).filter(|p| !inserted.contains(p.event_id.as_str())).collect();
@@ -416,17 +403,17 @@ async fn answer_duplicates(
             }
         }
     }
-    let answers: Vec<Accepted> = ready
+    let answers = ready
         .iter()
         .map(|(_, p)| {
             if inserted.contains(p.event_id.as_str()) {
-                return Ok(Accepted { event_id: p.event_id.clone(), delivery_ids: vec![p.delivery_id.clone()], duplicate: false });
+                return Some(Accepted { event_id: p.event_id.clone(), delivery_ids: vec![p.delivery_id.clone()], duplicate: false });
             }
             let key = (p.input.merchant_id.as_str().to_owned(), p.input.idempotency_key.clone());
-            let (event_id, delivery_ids) = existing.get(&key).cloned().ok_or(StoreError::Db(sqlx::Error::RowNotFound))?;
-            Ok(Accepted { event_id: EventId::from_db(event_id), delivery_ids, duplicate: true })
+            let (event_id, delivery_ids) = existing.get(&key).cloned()?;
+            Some(Accepted { event_id: EventId::from_db(event_id), delivery_ids, duplicate: true })
         })
-        .collect::<Result<_, StoreError>>()?;
+        .collect();
     Ok(answers)
 }
 
@@ -438,13 +425,16 @@ async fn answer_duplicates(
 /// order, are stored claimed up to `claim.places`; the rest PENDING, and
 /// only those `NOTIFY` other instances (rows stored claimed are this
 /// instance's to send). Keys in batch order, as on SQLite, so concurrent
-/// batches take the unique index's locks in one order.
+/// batches take the unique index's locks in one order. Only events whose
+/// merchant exists are stored: a semi-join that reads the merchant and,
+/// unlike the foreign keys it replaced, does not lock its row (migration
+/// 0017; docs/decisions.md, "Intake checks merchants by reading them").
 async fn insert_events_pg(
     conn: &mut AnyConnection,
     ready: &[(usize, Prepared<'_>)],
     now: Timestamp,
     claim: Option<ClaimAtIntake<'_>>,
-) -> Result<(Vec<Accepted>, Vec<DeliveryId>), StoreError> {
+) -> Result<(Vec<Option<Accepted>>, Vec<DeliveryId>), StoreError> {
     const COLS: usize = 9;
     let places = claim.map_or(0, |c| c.places);
     // `woke` is never read: PostgreSQL runs a plain `SELECT` in a `WITH` only
@@ -452,7 +442,8 @@ async fn insert_events_pg(
     let sql = format!(
         "WITH v (ord, event_id, delivery_id, merchant_id, event_type, status, is_money, payload, idempotency_key) AS (VALUES {}), \
          e AS (INSERT INTO events (id, merchant_id, event_type, status, is_money, payload, idempotency_key, created_at) \
-           SELECT event_id, merchant_id, event_type, status, is_money, payload, idempotency_key, $1 FROM v ORDER BY ord \
+           SELECT event_id, merchant_id, event_type, status, is_money, payload, idempotency_key, $1 FROM v \
+           WHERE EXISTS (SELECT 1 FROM merchants m WHERE m.id = v.merchant_id) ORDER BY ord \
            ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING id), \
          f AS (SELECT v.*, row_number() OVER (ORDER BY v.ord) AS n FROM v JOIN e ON e.id = v.event_id), \
          d AS (INSERT INTO deliveries (id, event_id, merchant_id, event_type, is_money, status, ladder, fast_attempts, \

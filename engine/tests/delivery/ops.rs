@@ -12,6 +12,7 @@ use crate::{contract, test_config, Harness, NowTs};
 
 contract!(
     the_same_idempotency_key_twice_stores_one_event_and_one_delivery,
+    a_batch_refuses_only_unknown_merchants_and_a_merchant_with_events_stays,
     a_redelivered_failed_delivery_keeps_its_id_and_starts_the_ladders_again,
     retry_now_and_bulk_retry_change_each_matching_row_once,
     the_delivery_list_filters_and_pages_by_keyset_without_gaps_or_repeats,
@@ -113,6 +114,42 @@ async fn the_same_idempotency_key_twice_stores_one_event_and_one_delivery(db: sl
     assert!(matches!(h.store.accept_event(&blank, h.clock.now_ts()).await, Err(StoreError::Invalid(_))));
     let unknown = EventIn { merchant_id: MerchantId::generate(), ..e };
     assert!(matches!(h.store.accept_event(&unknown, h.clock.now_ts()).await, Err(StoreError::UnknownMerchant(_))));
+}
+
+/// Intake stores only events whose merchant exists and refuses the others
+/// one by one within a batch; a merchant that events refer to can be
+/// neither deleted nor given another id (a foreign key on SQLite, a
+/// trigger on PostgreSQL: migration 0017), while one without events can
+/// be deleted and one with events can still be renamed.
+async fn a_batch_refuses_only_unknown_merchants_and_a_merchant_with_events_stays(db: sluice_engine::db::testing::TestDb) {
+    use sluice_engine::delivery::ops::{create_merchant, Actor};
+    let h = Harness::new(db, Reply::Status(200)).await;
+    let stranger = EventIn { merchant_id: MerchantId::generate(), ..h.order("b") };
+    let batch = [h.order("a"), stranger, h.order("c"), h.order("a")];
+    let answers = h.store.accept_events(&batch, h.clock.now_ts()).await.expect("batch");
+    assert!(matches!(answers[1], Err(StoreError::UnknownMerchant(_))), "{:?}", answers[1]);
+    let (a, c, again) = (answers[0].as_ref().expect("a"), answers[2].as_ref().expect("c"), answers[3].as_ref().expect("a again"));
+    assert!(!a.duplicate && !c.duplicate && again.duplicate, "{answers:?}");
+    assert_eq!((&again.event_id, &again.delivery_ids), (&a.event_id, &a.delivery_ids));
+    let page = h.store.list_deliveries(&DeliveryFilter::default(), None, 10).await.expect("list");
+    assert_eq!(page.items.len(), 2, "the known merchant's two events were stored");
+
+    let pool = h.store.db().pool().clone();
+    let id = h.merchant.id.as_str();
+    sqlx::query("DELETE FROM merchant_breakers WHERE merchant_id = $1").bind(id).execute(&pool).await.expect("breaker row");
+    for sql in ["DELETE FROM merchants WHERE id = $1", "UPDATE merchants SET id = 'mer_renamed' WHERE id = $1"] {
+        let err = sqlx::query(sql).bind(id).execute(&pool).await.expect_err(sql);
+        assert!(err.as_database_error().is_some_and(|e| e.is_foreign_key_violation()), "{sql}: {err}");
+    }
+    let renamed = sqlx::query("UPDATE merchants SET name = 'Renamed' WHERE id = $1").bind(id).execute(&pool).await.expect("rename");
+    assert_eq!(renamed.rows_affected(), 1);
+
+    let cfg = h.worker.config();
+    let input = MerchantIn { name: "Idle".into(), url: h.receiver.url(), scheme: SigningScheme::Sluice, secret: None };
+    let idle = create_merchant(&h.store, input, &cfg.ssrf, &cfg.breaker, Actor::named("test"), h.clock.now_ts()).await.expect("merchant");
+    sqlx::query("DELETE FROM merchant_breakers WHERE merchant_id = $1").bind(idle.id.as_str()).execute(&pool).await.expect("breaker row");
+    let gone = sqlx::query("DELETE FROM merchants WHERE id = $1").bind(idle.id.as_str()).execute(&pool).await.expect("no events, no guard");
+    assert_eq!(gone.rows_affected(), 1);
 }
 
 async fn a_redelivered_failed_delivery_keeps_its_id_and_starts_the_ladders_again(db: sluice_engine::db::testing::TestDb) {

@@ -81,7 +81,7 @@ impl DeliveryStore {
     /// connection for its transaction.
     pub(crate) async fn accept_events_on(
         &self,
-        mut conn: Option<&mut AnyConnection>,
+        conn: Option<&mut AnyConnection>,
         events: &[EventIn],
         now: Timestamp,
         claim: Option<ClaimAtIntake<'_>>,
@@ -108,7 +108,7 @@ impl DeliveryStore {
             // On PostgreSQL the batch is one statement (`insert_events_pg`),
             // so it commits on its own: no BEGIN and COMMIT round trips.
             let (found, stored_claimed) = match self.db().backend() {
-                Backend::Postgres => match conn.as_deref_mut() {
+                Backend::Postgres => match conn {
                     Some(conn) => insert_events_pg(conn, &ready, now, claim).await?,
                     None => insert_events_pg(&mut *self.db().pool().acquire().await?, &ready, now, claim).await?,
                 },

@@ -122,8 +122,8 @@ impl DeliveryStore {
             claimed = stored_claimed;
             // Neither stored nor stored before: the statements store only
             // events whose merchant exists, so the merchant is unknown.
-            let unanswered = ready.iter().zip(&found).filter(|(_, a)| a.is_none()).map(|((_, p), _)| &p.input.merchant_id);
-            let known = if found.iter().any(Option::is_none) { self.known_merchants(unanswered).await? } else { HashMap::new() };
+            let unanswered: Vec<&MerchantId> = ready.iter().zip(&found).filter(|(_, a)| a.is_none()).map(|((_, p), _)| &p.input.merchant_id).collect();
+            let known = if unanswered.is_empty() { HashMap::new() } else { self.known_merchants(unanswered.into_iter()).await? };
             for ((i, p), answer) in ready.iter().zip(found) {
                 answers[*i] = Some(match answer {
                     Some(accepted) => Ok(accepted),

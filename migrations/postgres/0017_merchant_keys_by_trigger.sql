@@ -4,8 +4,8 @@
 --
 -- A foreign key check locks the referenced row (FOR KEY SHARE): every event
 -- and every delivery that intake stored locked its merchant's row, which
--- wrote the row's header and a WAL record each time, and concurrent intakes
--- and write-backs of the same few merchants turned the locks into
+-- wrote the row's header and a WAL record each time, and the intakes of two
+-- instances storing events of one merchant at once turned the locks into
 -- multixacts. Intake now stores only events whose merchant exists (a
 -- semi-join in its statement, which reads and locks nothing), and merchants
 -- are never deleted by Sluice, so the keys guarded only against SQL run by

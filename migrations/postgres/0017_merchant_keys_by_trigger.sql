@@ -11,9 +11,11 @@
 -- are never deleted by Sluice, so the keys guarded only against SQL run by
 -- hand. This trigger guards that: a merchant that events refer to cannot be
 -- deleted, nor its id changed, just as the keys refused it (SQLSTATE 23503,
--- foreign_key_violation). Every delivery's merchant is its event's merchant,
--- so events alone answer for both (through their unique index, which leads
--- with merchant_id).
+-- foreign_key_violation). It looks in events (their unique index leads with
+-- merchant_id) and in deliveries, since the schema lets a delivery name
+-- another merchant than its event's (a fan-out): through the listing index
+-- by merchant for rows not in flight, and through the index of rows in
+-- flight for the rest, so a hand-run delete never scans the outbox.
 ALTER TABLE events DROP CONSTRAINT events_merchant_id_fkey;
 ALTER TABLE deliveries DROP CONSTRAINT deliveries_merchant_id_fkey;
 
@@ -22,8 +24,10 @@ BEGIN
     IF TG_OP = 'UPDATE' AND NEW.id = OLD.id THEN
         RETURN NEW;
     END IF;
-    IF EXISTS (SELECT 1 FROM events WHERE merchant_id = OLD.id) THEN
-        RAISE EXCEPTION 'merchant % still has events', OLD.id USING ERRCODE = 'foreign_key_violation';
+    IF EXISTS (SELECT 1 FROM events WHERE merchant_id = OLD.id)
+        OR EXISTS (SELECT 1 FROM deliveries WHERE merchant_id = OLD.id AND status <> 'DELIVERING')
+        OR EXISTS (SELECT 1 FROM deliveries WHERE merchant_id = OLD.id AND status = 'DELIVERING') THEN
+        RAISE EXCEPTION 'merchant % still has events or deliveries', OLD.id USING ERRCODE = 'foreign_key_violation';
     END IF;
     IF TG_OP = 'DELETE' THEN
         RETURN OLD;

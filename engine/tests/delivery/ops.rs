@@ -118,9 +118,10 @@ async fn the_same_idempotency_key_twice_stores_one_event_and_one_delivery(db: sl
 
 /// Intake stores only events whose merchant exists and refuses the others
 /// one by one within a batch; a merchant that events refer to can be
-/// neither deleted nor given another id (a foreign key on SQLite, a
-/// trigger on PostgreSQL: migration 0017), while one without events can
-/// be deleted and one with events can still be renamed.
+/// neither deleted nor given another id, nor can one that only a delivery
+/// refers to (a foreign key on SQLite, a trigger on PostgreSQL: migration
+/// 0017), while one without either can be deleted and one with events can
+/// still be renamed.
 async fn a_batch_refuses_only_unknown_merchants_and_a_merchant_with_events_stays(db: sluice_engine::db::testing::TestDb) {
     use sluice_engine::delivery::ops::{create_merchant, Actor};
     let h = Harness::new(db, Reply::Status(200)).await;
@@ -145,9 +146,27 @@ async fn a_batch_refuses_only_unknown_merchants_and_a_merchant_with_events_stays
     assert_eq!(renamed.rows_affected(), 1);
 
     let cfg = h.worker.config();
-    let input = MerchantIn { name: "Idle".into(), url: h.receiver.url(), scheme: SigningScheme::Sluice, secret: None };
-    let idle = create_merchant(&h.store, input, &cfg.ssrf, &cfg.breaker, Actor::named("test"), h.clock.now_ts()).await.expect("merchant");
-    sqlx::query("DELETE FROM merchant_breakers WHERE merchant_id = $1").bind(idle.id.as_str()).execute(&pool).await.expect("breaker row");
+    let other = |name: &str| MerchantIn { name: name.into(), url: h.receiver.url(), scheme: SigningScheme::Sluice, secret: None };
+    let idle = create_merchant(&h.store, other("Idle"), &cfg.ssrf, &cfg.breaker, Actor::named("test"), h.clock.now_ts()).await.expect("merchant");
+    // A delivery to another merchant than its event's, as a fan-out would
+    // store: that merchant has no events, only the delivery, and stays too.
+    let fanned = create_merchant(&h.store, other("Fan-out"), &cfg.ssrf, &cfg.breaker, Actor::named("test"), h.clock.now_ts()).await.expect("merchant");
+    sqlx::query(
+        "INSERT INTO deliveries (id, event_id, merchant_id, event_type, is_money, status, ladder, fast_attempts, \
+         slow_steps, cycle_started_at, next_attempt_at, deferred, deferrals, created_at, updated_at) \
+         VALUES ($1, $2, $3, 'order.created', FALSE, 'PENDING', 'fast', 0, 0, 0, 0, FALSE, 0, 0, 0)",
+    )
+    .bind(DeliveryId::generate().as_str())
+    .bind(a.event_id.as_str())
+    .bind(fanned.id.as_str())
+    .execute(&pool)
+    .await
+    .expect("fan-out delivery");
+    for m in [&idle, &fanned] {
+        sqlx::query("DELETE FROM merchant_breakers WHERE merchant_id = $1").bind(m.id.as_str()).execute(&pool).await.expect("breaker row");
+    }
+    let err = sqlx::query("DELETE FROM merchants WHERE id = $1").bind(fanned.id.as_str()).execute(&pool).await.expect_err("its delivery");
+    assert!(err.as_database_error().is_some_and(|e| e.is_foreign_key_violation()), "{err}");
     let gone = sqlx::query("DELETE FROM merchants WHERE id = $1").bind(idle.id.as_str()).execute(&pool).await.expect("no events, no guard");
     assert_eq!(gone.rows_affected(), 1);
 }

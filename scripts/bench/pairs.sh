@@ -8,7 +8,10 @@
 #   an arm is NAME=BINARY or NAME=BINARY:SQLFILE (the SQL runs on each
 #   PostgreSQL case's database after `sluice migrate`: BENCH_AFTER_MIGRATE_SQL);
 #   BINARY is a release build of `sluice` (copy it out of the target
-#   directory: the script does not build the arms, only the loader).
+#   directory: the script does not build the arms, only the loader), or a
+#   wrapper script that sets the environment and `exec`s one, to compare
+#   settings with one binary:
+#     printf '#!/bin/sh\nTOKIO_WORKER_THREADS=1 exec /tmp/sluice-main "$@"\n' > /tmp/one; chmod +x /tmp/one
 # Example: scripts/bench/pairs.sh 3 120000 "pg20 pg1000" main=/tmp/sluice-main new=/tmp/sluice-new
 # Prints each run's output as it goes, then one line per run and case:
 # deliveries/s, x pgbench (steady), the reference's drift, and CPU µs per
@@ -17,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 if [ $# -ne 5 ]; then
-  sed -n '2,15p' "$0" >&2
+  sed -n '2,18p' "$0" >&2
   exit 2
 fi
 ROUNDS="$1"; EVENTS="$2"; CASES="$3"

@@ -122,12 +122,12 @@ impl DeliveryStore {
             claimed = stored_claimed;
             // Neither stored nor stored before: the statements store only
             // events whose merchant exists, so the merchant is unknown.
-            let unanswered: Vec<&MerchantId> = ready.iter().zip(&found).filter(|(_, a)| a.is_none()).map(|((_, p), _)| &p.input.merchant_id).collect();
-            let known = if unanswered.is_empty() { HashMap::new() } else { self.known_merchants(unanswered.into_iter()).await? };
+            let unanswered: Vec<&str> = ready.iter().zip(&found).filter(|(_, a)| a.is_none()).map(|((_, p), _)| p.input.merchant_id.as_str()).collect();
+            let known = if unanswered.is_empty() { HashSet::new() } else { self.known_merchants(&unanswered).await? };
             for ((i, p), answer) in ready.iter().zip(found) {
                 answers[*i] = Some(match answer {
                     Some(accepted) => Ok(accepted),
-                    None if !known.contains_key(p.input.merchant_id.as_str()) => Err(StoreError::UnknownMerchant(p.input.merchant_id.clone())),
+                    None if !known.contains(p.input.merchant_id.as_str()) => Err(StoreError::UnknownMerchant(p.input.merchant_id.clone())),
                     // Its merchant exists, yet it was neither stored nor
                     // found stored: not ours to explain (SQL run by hand?).
                     None => Err(StoreError::Db(sqlx::Error::RowNotFound)),
@@ -138,15 +138,15 @@ impl DeliveryStore {
         Ok((answers.into_iter().map(|a| a.unwrap_or(Err(StoreError::Db(sqlx::Error::RowNotFound)))).collect(), claimed))
     }
 
-    async fn known_merchants<'a>(&self, ids: impl Iterator<Item = &'a MerchantId>) -> Result<HashMap<String, ()>, StoreError> {
-        let ids: Vec<&str> = ids.map(MerchantId::as_str).collect();
+    /// Which of `ids` name a merchant.
+    async fn known_merchants(&self, ids: &[&str]) -> Result<HashSet<String>, StoreError> {
         let sql = format!("SELECT id FROM merchants WHERE id IN ({})", placeholder_list(ids.len(), 1));
         let mut q = sqlx::query(&sql);
-        for id in &ids {
+        for id in ids {
             q = q.bind(*id);
         }
         let rows = q.fetch_all(self.db().pool()).await?;
-        rows.iter().map(|r| Ok((r.try_get::<String, _>("id")?, ()))).collect()
+        Ok(rows.iter().map(|r| r.try_get::<String, _>("id")).collect::<Result<_, _>>()?)
     }
 
     /// Claimed deliveries with their merchants, payloads and the merchants'

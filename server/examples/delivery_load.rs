@@ -168,13 +168,14 @@ async fn main() -> anyhow::Result<()> {
     latencies.sort_unstable();
     // An intake call's latency as the producer saw it, in ms (what sets
     // the rate of producers that post one call at a time).
+    let ms = |us: f64| (us / 100.0).round() / 10.0;
     let latency_ms = |q: f64| {
         let i = ((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1));
-        latencies.get(i).map_or(0.0, |&us| (us as f64 / 100.0).round() / 10.0)
+        latencies.get(i).map_or(0.0, |&us| ms(us as f64))
     };
     // The mean, to set beside pgbench's "latency average": by Little's law
     // each side's rate is its clients over its mean latency.
-    let mean_ms = (latencies.iter().map(|&us| us as f64).sum::<f64>() / latencies.len().max(1) as f64 / 100.0).round() / 10.0;
+    let mean_ms = ms(latencies.iter().map(|&us| us as f64).sum::<f64>() / latencies.len().max(1) as f64);
     let posted = posted.load(Ordering::Relaxed);
     let accepted = posted - refused.load(Ordering::Relaxed);
 

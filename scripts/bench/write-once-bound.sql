@@ -1,5 +1,5 @@
 -- An upper bound for "a delivery row written once" (docs/delivery.md,
--- "Next: a delivery row written once"), measured with the same binary:
+-- "A delivery row written once"), measured with the same binary:
 --
 --   scripts/bench/pairs.sh 2 120000 "pg20 pg1000" \
 --     main=/tmp/sluice-main bound=/tmp/sluice-main:scripts/bench/write-once-bound.sql

@@ -10,8 +10,9 @@
 -- the design would: the in-flight row's index entries at intake and the
 -- listing entries the finishing update adds (five B-tree entries of
 -- sixteen), and the two foreign key checks (with their row locks) on the
--- outbox's hot statements. The design removes the in-flight row version
--- itself as well, so the bound is rough, not a ceiling.
+-- outbox's hot statements. It is the size of the lever, not a forecast:
+-- the design's hot path, prototyped (write-once-prototype.patch), kept
+-- those entries and checks and did not gain (docs/benchmarks.md).
 DROP INDEX deliveries_created, deliveries_status_created, deliveries_merchant_created,
     deliveries_type_created, deliveries_money_created, deliveries_ladder_created, deliveries_in_flight;
 ALTER TABLE deliveries DROP CONSTRAINT deliveries_event_id_fkey;
